@@ -1,0 +1,2 @@
+//! The sandlog admin CLI (being built).
+fn main() {}

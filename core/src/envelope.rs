@@ -1,0 +1,396 @@
+//! The [`Envelope`] around every stored event, its canonical byte encoding,
+//! and the hash link that chains the log.
+//!
+//! # Canonical encoding
+//!
+//! The hash covers every field of the envelope except `hash` itself, in this
+//! order, each written as an 8-byte little-endian length followed by the
+//! field's bytes (so no two different envelopes encode the same way):
+//!
+//! | # | field | bytes |
+//! |---|---|---|
+//! | 0 | domain tag | `sandlog/envelope/v1` |
+//! | 1 | position | u64 big-endian |
+//! | 2 | stream | UTF-8 (`system`, `session/<uuid>`) |
+//! | 3 | version | u64 big-endian |
+//! | 4 | event_id | 16 UUID bytes |
+//! | 5 | kind | UTF-8 |
+//! | 6 | schema | u32 big-endian |
+//! | 7 | recorded_at | i64 big-endian, microseconds since the epoch |
+//! | 8 | actor | UTF-8 |
+//! | 9 | correlation_id | 16 UUID bytes, or empty for none |
+//! | 10 | causation_id | 16 UUID bytes, or empty for none |
+//! | 11 | payload | the stored JSON bytes, exactly as stored |
+//!
+//! `hash = blake3(prev_hash ‖ canonical)`, and the first event's
+//! `prev_hash` is [`Hash::GENESIS`]. The payload is hashed as stored, never
+//! re-serialised, so a JSON library's formatting can never break the chain.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+use crate::error::CoreError;
+use crate::event::Event;
+use crate::ids::{EventId, Position, StreamId, StreamVersion};
+use crate::time::Timestamp;
+
+/// The domain tag that opens every canonical encoding. Bump the `v1` only
+/// with a migration that re-chains nothing: old events keep their tag.
+pub const CANONICAL_DOMAIN_TAG: &[u8] = b"sandlog/envelope/v1";
+
+/// A blake3 hash: of an envelope (the chain), or of content (blobs, files).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Hash(pub [u8; 32]);
+
+impl Hash {
+    /// The `prev_hash` of the first event.
+    pub const GENESIS: Hash = Hash([0; 32]);
+
+    /// blake3 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Hash {
+        Hash(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// Lower-case hex, 64 digits.
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+    }
+
+    /// Parses 64 hex digits.
+    pub fn from_hex(input: &str) -> Result<Hash, CoreError> {
+        blake3::Hash::from_hex(input.trim())
+            .map(|hash| Hash(*hash.as_bytes()))
+            .map_err(|_| CoreError::InvalidHash { input: input.to_owned() })
+    }
+
+    /// From a stored byte slice; `None` unless it is exactly 32 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Option<Hash> {
+        <[u8; 32]>::try_from(bytes).ok().map(Hash)
+    }
+}
+
+impl fmt::Debug for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hash({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl FromStr for Hash {
+    type Err = CoreError;
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        Hash::from_hex(input)
+    }
+}
+
+impl Serialize for Hash {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for Hash {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Hash::from_hex(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An event to append: what the caller decides. The store assigns position,
+/// version, `recorded_at` and the hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// Unique id; a retried append with the same id is a no-op.
+    pub event_id: EventId,
+    /// Dotted kind name.
+    pub kind: String,
+    /// Payload schema version.
+    pub schema: u32,
+    /// Who asked: `cli:<user>`, `api:<name>`, `applier`, `guest`.
+    pub actor: String,
+    /// Ties a run's events together.
+    pub correlation_id: Option<Uuid>,
+    /// The event (or command) that caused this one.
+    pub causation_id: Option<Uuid>,
+    /// The payload as JSON bytes, stored and hashed exactly as given.
+    pub payload: Vec<u8>,
+}
+
+impl NewEvent {
+    /// A new event for a typed payload, with a fresh id.
+    pub fn from_event(event: &Event, actor: &str) -> NewEvent {
+        NewEvent {
+            event_id: EventId::new_v4(),
+            kind: event.kind().to_owned(),
+            schema: event.schema(),
+            actor: actor.to_owned(),
+            correlation_id: None,
+            causation_id: None,
+            payload: event.to_payload(),
+        }
+    }
+
+    /// Sets the correlation id.
+    pub fn correlated(mut self, correlation_id: Option<Uuid>) -> NewEvent {
+        self.correlation_id = correlation_id;
+        self
+    }
+}
+
+/// A stored event with everything the chain covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Envelope {
+    /// Global, gapless, from 1.
+    pub position: Position,
+    /// `system` or `session/<uuid>`.
+    pub stream: StreamId,
+    /// Per-stream version, from 1.
+    pub version: StreamVersion,
+    /// Unique id.
+    pub event_id: EventId,
+    /// Dotted kind name.
+    pub kind: String,
+    /// Payload schema version.
+    pub schema: u32,
+    /// When the store recorded it (UTC, microseconds).
+    pub recorded_at: Timestamp,
+    /// Who asked.
+    pub actor: String,
+    /// Ties a run's events together.
+    pub correlation_id: Option<Uuid>,
+    /// The cause.
+    pub causation_id: Option<Uuid>,
+    /// The payload JSON bytes, exactly as hashed.
+    #[serde(serialize_with = "serialize_payload")]
+    pub payload: Vec<u8>,
+    /// The previous event's hash ([`Hash::GENESIS`] for position 1).
+    pub prev_hash: Hash,
+    /// `blake3(prev_hash ‖ canonical(self))`.
+    pub hash: Hash,
+}
+
+/// Payloads are JSON; print them as JSON values, not byte arrays. A payload
+/// that is not valid JSON (only possible through tampering) prints as a
+/// string so the output still parses.
+fn serialize_payload<S: Serializer>(payload: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    match serde_json::from_slice::<serde_json::Value>(payload) {
+        Ok(value) => value.serialize(serializer),
+        Err(_) => serializer.serialize_str(&String::from_utf8_lossy(payload)),
+    }
+}
+
+/// The hashed fields of an envelope, borrowed: lets the store hash a row
+/// without building an owned [`Envelope`] (verify streams millions).
+#[derive(Debug, Clone, Copy)]
+pub struct EnvelopeFields<'a> {
+    /// Position.
+    pub position: u64,
+    /// Stream name as stored.
+    pub stream: &'a str,
+    /// Stream version.
+    pub version: u64,
+    /// Event id bytes.
+    pub event_id: &'a [u8],
+    /// Kind.
+    pub kind: &'a str,
+    /// Schema.
+    pub schema: u32,
+    /// Microseconds since the epoch.
+    pub recorded_at_micros: i64,
+    /// Actor.
+    pub actor: &'a str,
+    /// Correlation id bytes, or empty.
+    pub correlation_id: &'a [u8],
+    /// Causation id bytes, or empty.
+    pub causation_id: &'a [u8],
+    /// Payload bytes.
+    pub payload: &'a [u8],
+}
+
+/// Something canonical bytes can be written to: a buffer or a hasher.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for blake3::Hasher {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+fn field(sink: &mut impl Sink, bytes: &[u8]) {
+    sink.put(&(bytes.len() as u64).to_le_bytes());
+    sink.put(bytes);
+}
+
+fn write_canonical(sink: &mut impl Sink, fields: &EnvelopeFields<'_>) {
+    field(sink, CANONICAL_DOMAIN_TAG);
+    field(sink, &fields.position.to_be_bytes());
+    field(sink, fields.stream.as_bytes());
+    field(sink, &fields.version.to_be_bytes());
+    field(sink, fields.event_id);
+    field(sink, fields.kind.as_bytes());
+    field(sink, &fields.schema.to_be_bytes());
+    field(sink, &fields.recorded_at_micros.to_be_bytes());
+    field(sink, fields.actor.as_bytes());
+    field(sink, fields.correlation_id);
+    field(sink, fields.causation_id);
+    field(sink, fields.payload);
+}
+
+/// The canonical bytes of an envelope's hashed fields.
+pub fn canonical_bytes(fields: &EnvelopeFields<'_>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(160 + fields.payload.len());
+    write_canonical(&mut bytes, fields);
+    bytes
+}
+
+/// `blake3(prev_hash ‖ canonical(fields))`, computed without allocating.
+pub fn chain_hash(prev_hash: &Hash, fields: &EnvelopeFields<'_>) -> Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&prev_hash.0);
+    write_canonical(&mut hasher, fields);
+    Hash(*hasher.finalize().as_bytes())
+}
+
+impl Envelope {
+    /// The hashed fields, borrowed. `stream` must be the stored text of
+    /// `self.stream`, which callers get from `stream_text`.
+    pub fn fields<'a>(&'a self, stream_text: &'a str) -> EnvelopeFields<'a> {
+        EnvelopeFields {
+            position: self.position.0,
+            stream: stream_text,
+            version: self.version.0,
+            event_id: self.event_id.0.as_bytes(),
+            kind: &self.kind,
+            schema: self.schema,
+            recorded_at_micros: self.recorded_at.unix_micros(),
+            actor: &self.actor,
+            correlation_id: self.correlation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+            causation_id: self.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+            payload: &self.payload,
+        }
+    }
+
+    /// Recomputes this envelope's hash from its fields and `prev_hash`.
+    pub fn compute_hash(&self) -> Hash {
+        let stream = self.stream.to_string();
+        chain_hash(&self.prev_hash, &self.fields(&stream))
+    }
+
+    /// Decodes the payload into a typed [`Event`]. `Ok(None)` for a kind
+    /// this version does not know (written by a newer sandlog): readers skip
+    /// it rather than fail, so old binaries can read new logs.
+    pub fn event(&self) -> Result<Option<Event>, CoreError> {
+        Event::decode(&self.kind, self.schema, &self.payload)
+    }
+
+    /// The session this event belongs to, if it is in a session stream.
+    pub fn session(&self) -> Option<crate::ids::SessionId> {
+        self.stream.session()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SessionId;
+
+    fn sample() -> Envelope {
+        let mut envelope = Envelope {
+            position: Position(1),
+            stream: StreamId::Session(SessionId::new_v4()),
+            version: StreamVersion(1),
+            event_id: EventId::new_v4(),
+            kind: "session.created".into(),
+            schema: 1,
+            recorded_at: Timestamp::from_unix_micros(1_700_000_000_000_000),
+            actor: "api:test".into(),
+            correlation_id: None,
+            causation_id: Some(Uuid::new_v4()),
+            payload: br#"{"labels":{}}"#.to_vec(),
+            prev_hash: Hash::GENESIS,
+            hash: Hash::GENESIS,
+        };
+        envelope.hash = envelope.compute_hash();
+        envelope
+    }
+
+    #[test]
+    fn every_field_changes_the_hash() {
+        let base = sample();
+        let mut variants = Vec::new();
+        let mut v = base.clone();
+        v.position = Position(2);
+        variants.push(v);
+        let mut v = base.clone();
+        v.version = StreamVersion(2);
+        variants.push(v);
+        let mut v = base.clone();
+        v.stream = StreamId::System;
+        variants.push(v);
+        let mut v = base.clone();
+        v.event_id = EventId::new_v4();
+        variants.push(v);
+        let mut v = base.clone();
+        v.kind.push('x');
+        variants.push(v);
+        let mut v = base.clone();
+        v.schema = 2;
+        variants.push(v);
+        let mut v = base.clone();
+        v.recorded_at = Timestamp::from_unix_micros(1);
+        variants.push(v);
+        let mut v = base.clone();
+        v.actor.push('x');
+        variants.push(v);
+        let mut v = base.clone();
+        v.correlation_id = Some(Uuid::new_v4());
+        variants.push(v);
+        let mut v = base.clone();
+        v.causation_id = None;
+        variants.push(v);
+        let mut v = base.clone();
+        v.payload.push(b' ');
+        variants.push(v);
+        let mut v = base.clone();
+        v.prev_hash = Hash([1; 32]);
+        variants.push(v);
+        for variant in variants {
+            assert_ne!(variant.compute_hash(), base.hash, "{variant:?}");
+        }
+    }
+
+    #[test]
+    fn length_prefixes_keep_adjacent_fields_apart() {
+        // "ab" + "c" and "a" + "bc" must encode differently.
+        let mut one = sample();
+        one.kind = "ab".into();
+        one.actor = "c".into();
+        let mut two = one.clone();
+        two.kind = "a".into();
+        two.actor = "bc".into();
+        assert_ne!(one.compute_hash(), two.compute_hash());
+    }
+
+    #[test]
+    fn hash_hex_round_trips() {
+        let hash = Hash::of(b"x");
+        assert_eq!(Hash::from_hex(&hash.to_hex()).unwrap(), hash);
+        assert!(Hash::from_hex("zz").is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! The one error enum of `sandlog-core`: every variant is a rejected input.
+
+use crate::path::PathError;
+
+/// A value handed to `sandlog-core` was not valid. Nothing was changed.
+///
+/// Callers show the message to whoever supplied the input; none of these is
+/// worth retrying with the same input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// A session id was not a UUID in canonical hyphenated form.
+    #[error("invalid session id {input:?}: expected a UUID such as 550e8400-e29b-41d4-a716-446655440000")]
+    InvalidSessionId {
+        /// What was given.
+        input: String,
+    },
+    /// A stream name was neither `system` nor `session/<uuid>`.
+    #[error("invalid stream {input:?}: expected `system` or `session/<uuid>`")]
+    InvalidStream {
+        /// What was given.
+        input: String,
+    },
+    /// A workspace path was refused; the reason says why.
+    #[error("invalid workspace path {path:?}: {reason}")]
+    InvalidPath {
+        /// The path as given (lossy if it held invalid UTF-8).
+        path: String,
+        /// Why it was refused.
+        reason: PathError,
+    },
+    /// A timestamp was not RFC 3339 / ISO 8601, or was out of range.
+    #[error("invalid timestamp {input:?}: {reason}")]
+    InvalidTimestamp {
+        /// What was given.
+        input: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A human duration such as `90s`, `15m`, `24h`, `7d` did not parse.
+    #[error("invalid duration {input:?}: {reason} (examples: 90s, 15m, 24h, 7d)")]
+    InvalidDuration {
+        /// What was given.
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A human size such as `512K`, `10MB`, `1GiB` did not parse.
+    #[error("invalid size {input:?}: {reason} (examples: 512K, 10MB, 1GiB)")]
+    InvalidSize {
+        /// What was given.
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A stored payload did not decode as its kind and schema say.
+    #[error("payload of {kind} (schema {schema}) does not decode: {reason}")]
+    InvalidPayload {
+        /// The event kind.
+        kind: String,
+        /// The payload schema version.
+        schema: u32,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// A hex hash was not 64 hex digits.
+    #[error("invalid hash {input:?}: expected 64 hex digits")]
+    InvalidHash {
+        /// What was given.
+        input: String,
+    },
+}
+
+impl CoreError {
+    /// A stable, machine-readable name for the CLI's `{"error":{"kind"}}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidSessionId { .. } => "invalid_session_id",
+            Self::InvalidStream { .. } => "invalid_stream",
+            Self::InvalidPath { .. } => "invalid_path",
+            Self::InvalidTimestamp { .. } => "invalid_timestamp",
+            Self::InvalidDuration { .. } => "invalid_duration",
+            Self::InvalidSize { .. } => "invalid_size",
+            Self::InvalidPayload { .. } => "invalid_payload",
+            Self::InvalidHash { .. } => "invalid_hash",
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! Every event kind, as a typed payload with its dotted kind name and
+//! schema version, and the decoding (with an upcasting hook) of stored ones.
+//!
+//! Kinds are past tense. A payload holds the minimum a projection needs plus
+//! what forensics needs; contents (file bytes, code) are blobs referenced by
+//! blake3, never inlined.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::envelope::Hash;
+use crate::error::CoreError;
+use crate::ids::SessionId;
+use crate::path::WorkspacePath;
+use crate::policy::PrunePolicy;
+use crate::time::Timestamp;
+
+/// Who changed a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WrittenBy {
+    /// The host API (`files put`, `files rm`, adoption).
+    Host,
+    /// Guest code, found by comparing the workspace after an execution.
+    Guest,
+}
+
+/// How an execution ended. Each limit hit is its own outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Exited 0.
+    Ok,
+    /// Exited non-zero (an uncaught Python exception exits 1).
+    Error,
+    /// Ran out of fuel (the deterministic CPU limit).
+    OutOfFuel,
+    /// Ran past the wall-clock limit.
+    Timeout,
+    /// Tried to grow linear memory past the limit.
+    Memory,
+    /// Wrote more to the workspace than its quota allows.
+    Quota,
+    /// Any other wasm trap (unreachable, stack overflow, bad module).
+    Trap,
+}
+
+impl Outcome {
+    /// The snake_case name used in events, JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::OutOfFuel => "out_of_fuel",
+            Outcome::Timeout => "timeout",
+            Outcome::Memory => "memory",
+            Outcome::Quota => "quota",
+            Outcome::Trap => "trap",
+        }
+    }
+}
+
+/// What an adopted workspace's `.metadata.json` looked like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetadataStatus {
+    /// Present and valid: its timestamps were taken.
+    Ok,
+    /// Absent: the session is legacy (never pruned).
+    Missing,
+    /// Present but unreadable or invalid: legacy, and the file was kept as
+    /// evidence outside the workspace.
+    Corrupted,
+}
+
+/// `session.created`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCreated {
+    /// The new session.
+    pub session_id: SessionId,
+    /// Free-form labels given at creation.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `session.adopted`: an existing workspace directory was imported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAdopted {
+    /// The directory's UUID.
+    pub session_id: SessionId,
+    /// From valid seed metadata, else none.
+    pub created_at: Option<Timestamp>,
+    /// From valid seed metadata, else none.
+    pub updated_at: Option<Timestamp>,
+    /// What the metadata file looked like.
+    pub metadata: MetadataStatus,
+    /// Where the directory was adopted from.
+    pub source: String,
+    /// Where a corrupted metadata file was kept, if any.
+    #[serde(default)]
+    pub evidence: Option<String>,
+}
+
+/// The limits an execution ran under, recorded for forensics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedLimits {
+    /// Fuel granted, if metered.
+    pub fuel: Option<u64>,
+    /// Wall-clock limit, milliseconds.
+    pub timeout_ms: u64,
+    /// Linear memory limit, bytes.
+    pub memory_bytes: u64,
+    /// Workspace quota, bytes.
+    pub workspace_bytes: u64,
+}
+
+/// `session.executed`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionExecuted {
+    /// `python`, `javascript`, or a module file name.
+    pub runtime: String,
+    /// blake3 of the wasm module that ran.
+    pub runtime_blake3: Hash,
+    /// blake3 of the code (a blob).
+    pub code_blake3: Hash,
+    /// Length of the code, bytes.
+    pub code_bytes: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The guest's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Fuel consumed, when metered.
+    pub fuel_consumed: Option<u64>,
+    /// Wall time, microseconds.
+    pub duration_us: u64,
+    /// Bytes of stdout produced (after truncation).
+    pub stdout_bytes: u64,
+    /// blake3 of stdout kept.
+    pub stdout_blake3: Hash,
+    /// Whether stdout hit its cap.
+    pub stdout_truncated: bool,
+    /// Bytes of stderr produced (after truncation).
+    pub stderr_bytes: u64,
+    /// blake3 of stderr kept.
+    pub stderr_blake3: Hash,
+    /// Whether stderr hit its cap.
+    pub stderr_truncated: bool,
+    /// The limits it ran under.
+    pub limits: RecordedLimits,
+}
+
+/// `file.written`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileWritten {
+    /// Workspace-relative path.
+    pub path: WorkspacePath,
+    /// Size, bytes.
+    pub size: u64,
+    /// blake3 of the contents (a blob when written by the host).
+    pub blake3: Hash,
+    /// Who wrote it.
+    pub by: WrittenBy,
+}
+
+/// `file.deleted`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDeleted {
+    /// Workspace-relative path.
+    pub path: WorkspacePath,
+    /// Who deleted it.
+    pub by: WrittenBy,
+}
+
+/// `session.prune.requested`: the intent, appended before anything is
+/// deleted, with the stream version the candidate was read at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPruneRequested {
+    /// The prune run.
+    pub run_id: Uuid,
+    /// Age from `updated_at`, microseconds.
+    pub age_us: u64,
+    /// The policy's threshold, microseconds.
+    pub threshold_us: u64,
+    /// Projected size, bytes.
+    pub size_bytes: u64,
+}
+
+/// `session.pruned`: the directory is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPruned {
+    /// The prune run (none when the applier finished a crashed run's intent
+    /// it could not attribute).
+    pub run_id: Option<Uuid>,
+    /// Bytes measured on disk just before deletion.
+    pub reclaimed_bytes: u64,
+}
+
+/// `session.prune.failed`: the intent could not be carried out; the
+/// session is active again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPruneFailed {
+    /// The prune run.
+    pub run_id: Option<Uuid>,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// `session.delete.requested`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDeleteRequested {
+    /// Why.
+    pub reason: String,
+}
+
+/// `session.deleted`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDeleted {
+    /// Why.
+    pub reason: String,
+    /// Bytes measured on disk just before deletion.
+    pub reclaimed_bytes: u64,
+}
+
+/// `workspace.orphan.quarantined`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceOrphanQuarantined {
+    /// The directory's name under `workspaces/`.
+    pub dir_name: String,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// Where it was moved, relative to the root.
+    pub moved_to: String,
+}
+
+/// `workspace.orphan.purged`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceOrphanPurged {
+    /// The directory's name under `workspaces/`.
+    pub dir_name: String,
+    /// Its size, bytes.
+    pub bytes: u64,
+}
+
+/// One difference between the projection and the disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "what", rename_all = "snake_case")]
+pub enum Drift {
+    /// A live session's directory is missing.
+    MissingDirectory,
+    /// A file the projection knows is missing.
+    FileMissing {
+        /// Path.
+        path: WorkspacePath,
+        /// The projected hash.
+        expected: Hash,
+    },
+    /// A file's contents differ from the projection.
+    FileChanged {
+        /// Path.
+        path: WorkspacePath,
+        /// The projected hash.
+        expected: Hash,
+        /// The hash on disk.
+        actual: Hash,
+    },
+    /// A file on disk the projection does not know.
+    FileUnexpected {
+        /// Path.
+        path: WorkspacePath,
+        /// The hash on disk.
+        actual: Hash,
+    },
+}
+
+/// `workspace.drift.detected`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceDriftDetected {
+    /// What differs.
+    pub drift: Vec<Drift>,
+}
+
+/// `prune.run.started`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneRunStarted {
+    /// The run.
+    pub run_id: Uuid,
+    /// The policy.
+    pub policy: PrunePolicy,
+    /// Candidates selected.
+    pub candidates: u64,
+}
+
+/// `prune.run.completed`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneRunCompleted {
+    /// The run.
+    pub run_id: Uuid,
+    /// Sessions pruned.
+    pub deleted: u64,
+    /// Sessions skipped (legacy, or used during the run).
+    pub skipped: u64,
+    /// Sessions that failed.
+    pub errors: u64,
+    /// Bytes reclaimed.
+    pub reclaimed_bytes: u64,
+    /// Wall time, microseconds.
+    pub duration_us: u64,
+}
+
+/// `reconcile.run.completed`: a summary of one applier run (C3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileRunCompleted {
+    /// The run.
+    pub run_id: Uuid,
+    /// Pending intents finished.
+    pub intents_finished: u64,
+    /// Orphan directories quarantined or purged.
+    pub orphans: u64,
+    /// Sessions with drift.
+    pub drift: u64,
+    /// Actions that failed.
+    pub errors: u64,
+    /// Wall time, microseconds.
+    pub duration_us: u64,
+}
+
+macro_rules! events {
+    ($($variant:ident($payload:ident) = $kind:literal, schema $schema:literal;)*) => {
+        /// A typed event.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum Event {
+            $(
+                #[doc = concat!("`", $kind, "`")]
+                $variant($payload),
+            )*
+        }
+
+        /// Every kind this version knows, with its current schema.
+        pub const KNOWN_KINDS: &[(&str, u32)] = &[$(($kind, $schema)),*];
+
+        impl Event {
+            /// The dotted kind name.
+            pub fn kind(&self) -> &'static str {
+                match self { $(Event::$variant(_) => $kind,)* }
+            }
+
+            /// The current payload schema version of this kind.
+            pub fn schema(&self) -> u32 {
+                match self { $(Event::$variant(_) => $schema,)* }
+            }
+
+            /// The payload as JSON bytes.
+            pub fn to_payload(&self) -> Vec<u8> {
+                let encoded = match self { $(Event::$variant(payload) => serde_json::to_vec(payload),)* };
+                #[expect(clippy::expect_used, reason = "payloads have only string keys and plain values; serde_json cannot fail on them")]
+                encoded.expect("event payloads always serialise") // invariant: see reason above
+            }
+
+            /// Decodes a stored payload. `Ok(None)` for an unknown kind.
+            pub fn decode(kind: &str, schema: u32, payload: &[u8]) -> Result<Option<Event>, CoreError> {
+                let invalid = |reason: String| CoreError::InvalidPayload { kind: kind.to_owned(), schema, reason };
+                match kind {
+                    $($kind => {
+                        let value: serde_json::Value = serde_json::from_slice(payload).map_err(|e| invalid(e.to_string()))?;
+                        let value = upcast(kind, schema, $schema, value).map_err(invalid)?;
+                        serde_json::from_value::<$payload>(value).map(|p| Some(Event::$variant(p))).map_err(|e| invalid(e.to_string()))
+                    })*
+                    _ => Ok(None),
+                }
+            }
+        }
+    };
+}
+
+events! {
+    SessionCreated(SessionCreated) = "session.created", schema 1;
+    SessionAdopted(SessionAdopted) = "session.adopted", schema 1;
+    SessionExecuted(SessionExecuted) = "session.executed", schema 1;
+    FileWritten(FileWritten) = "file.written", schema 1;
+    FileDeleted(FileDeleted) = "file.deleted", schema 1;
+    SessionPruneRequested(SessionPruneRequested) = "session.prune.requested", schema 1;
+    SessionPruned(SessionPruned) = "session.pruned", schema 1;
+    SessionPruneFailed(SessionPruneFailed) = "session.prune.failed", schema 1;
+    SessionDeleteRequested(SessionDeleteRequested) = "session.delete.requested", schema 1;
+    SessionDeleted(SessionDeleted) = "session.deleted", schema 1;
+    WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined) = "workspace.orphan.quarantined", schema 1;
+    WorkspaceOrphanPurged(WorkspaceOrphanPurged) = "workspace.orphan.purged", schema 1;
+    WorkspaceDriftDetected(WorkspaceDriftDetected) = "workspace.drift.detected", schema 1;
+    PruneRunStarted(PruneRunStarted) = "prune.run.started", schema 1;
+    PruneRunCompleted(PruneRunCompleted) = "prune.run.completed", schema 1;
+    ReconcileRunCompleted(ReconcileRunCompleted) = "reconcile.run.completed", schema 1;
+}
+
+/// The upcasting hook: turns a payload stored at `stored` schema into the
+/// shape of the `current` schema of `kind`.
+///
+/// Every kind is at schema 1 today, so there is nothing to migrate yet; when
+/// a payload changes shape, bump its schema above and add an arm here that
+/// rewrites the old JSON (never the stored bytes, which the chain covers).
+/// A schema newer than this build knows is decoded as the current one, which
+/// works for additive changes and fails clearly for others.
+fn upcast(
+    kind: &str,
+    stored: u32,
+    current: u32,
+    value: serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    match (kind, stored) {
+        (_, 0) => Err(format!("schema 0 is not a valid schema for {kind}")),
+        _ => {
+            debug_assert!(current >= 1, "current schemas start at 1");
+            Ok(value)
+        }
+    }
+}
+
+impl Event {
+    /// The session an event names in its payload, for events that do.
+    pub fn named_session(&self) -> Option<SessionId> {
+        match self {
+            Event::SessionCreated(created) => Some(created.session_id),
+            Event::SessionAdopted(adopted) => Some(adopted.session_id),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_through_decode() {
+        let event = Event::FileWritten(FileWritten {
+            path: WorkspacePath::parse("a/b.txt").unwrap(),
+            size: 3,
+            blake3: Hash::of(b"abc"),
+            by: WrittenBy::Guest,
+        });
+        let decoded = Event::decode(event.kind(), event.schema(), &event.to_payload()).unwrap();
+        assert_eq!(decoded, Some(event));
+    }
+
+    #[test]
+    fn unknown_kinds_are_skipped_not_fatal() {
+        assert_eq!(Event::decode("session.teleported", 1, b"{}").unwrap(), None);
+    }
+
+    #[test]
+    fn invalid_payload_of_known_kind_is_an_error_naming_the_kind() {
+        let error = Event::decode("file.written", 1, b"{\"path\":\"../x\"}").unwrap_err();
+        assert!(matches!(error, CoreError::InvalidPayload { ref kind, .. } if kind == "file.written"), "{error}");
+    }
+
+    #[test]
+    fn kinds_are_unique() {
+        let mut kinds: Vec<_> = KNOWN_KINDS.iter().map(|(kind, _)| *kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), KNOWN_KINDS.len());
+    }
+}

@@ -1,0 +1,32 @@
+//! sandlog-core: the domain vocabulary every other crate speaks.
+//!
+//! Owns: identifiers ([`SessionId`], [`EventId`], [`StreamId`], [`Position`],
+//! [`StreamVersion`]), the event kinds and their payloads ([`event`]), the
+//! [`Envelope`] with its canonical byte encoding and hash link, the only
+//! validated workspace-relative path ([`WorkspacePath`]), prune policies, the
+//! [`Clock`], every named limit, and parsing of human durations and sizes.
+//!
+//! Never does: I/O of any kind — no files, no database, no wasm, no reading
+//! the system clock except through [`SystemClock`], which callers inject.
+//! Because it does no I/O, nothing here fails for operational reasons: every
+//! error is a rejected input.
+
+pub mod clock;
+pub mod envelope;
+pub mod error;
+pub mod event;
+pub mod human;
+pub mod ids;
+pub mod limits;
+pub mod path;
+pub mod policy;
+pub mod time;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use envelope::{Envelope, Hash, NewEvent, canonical_bytes, chain_hash};
+pub use error::CoreError;
+pub use event::{Event, Outcome, WrittenBy};
+pub use ids::{EventId, Position, SessionId, StreamId, StreamVersion};
+pub use path::{PathError, WorkspacePath};
+pub use policy::PrunePolicy;
+pub use time::Timestamp;

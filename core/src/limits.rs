@@ -1,0 +1,48 @@
+//! Every limit of the vocabulary, named, with units last and a reason each.
+//!
+//! Limits that relate to each other are checked at compile time below, so a
+//! change to one that breaks another fails the build, not production.
+
+/// Longest workspace-relative path, in bytes. Linux's `PATH_MAX` is 4096
+/// including the workspace prefix; refusing longer relative paths up front
+/// gives a clear error instead of `ENAMETOOLONG` half-way through an
+/// operation.
+pub const PATH_BYTES_MAX: usize = 4096;
+
+/// Longest single path component, in bytes (Linux's `NAME_MAX`).
+pub const PATH_COMPONENT_BYTES_MAX: usize = 255;
+
+/// Deepest nesting of a workspace path, in components. Bounds recursion in
+/// tree listings and deletes; 4096 bytes cannot hold more than 2048
+/// components anyway.
+pub const PATH_DEPTH_MAX: usize = 2048;
+
+/// Largest event payload, in bytes. Payloads are metadata (paths, hashes,
+/// counts); contents go to blobs. A bound keeps a single row, and the
+/// memory of reading one, small.
+pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+
+/// Largest blob (file content or code), in bytes. A host write of more is
+/// refused; the default workspace quota is smaller anyway.
+pub const BLOB_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Most events in one atomic append. A batch is one SQLite transaction held
+/// under the write lock; bounding it bounds how long other writers wait.
+pub const BATCH_EVENTS_MAX: usize = 100_000;
+
+/// Longest actor name, in bytes.
+pub const ACTOR_BYTES_MAX: usize = 256;
+
+/// Longest event kind name, in bytes.
+pub const KIND_BYTES_MAX: usize = 128;
+
+/// Most labels on one session, and longest label key / value in bytes.
+pub const LABELS_MAX: usize = 64;
+/// Longest label key or value, in bytes.
+pub const LABEL_BYTES_MAX: usize = 256;
+
+const _: () = assert!(PAYLOAD_BYTES_MAX <= BLOB_BYTES_MAX);
+const _: () = assert!(PATH_COMPONENT_BYTES_MAX <= PATH_BYTES_MAX);
+const _: () = assert!(PATH_DEPTH_MAX * 2 <= PATH_BYTES_MAX);
+// A label set must fit in one payload with room for the rest of the event.
+const _: () = assert!(LABELS_MAX * LABEL_BYTES_MAX * 2 * 2 <= PAYLOAD_BYTES_MAX);

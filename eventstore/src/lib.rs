@@ -1,0 +1,1 @@
+//! sandlog-eventstore (being built).

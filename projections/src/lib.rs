@@ -1,0 +1,1 @@
+//! sandlog-projections (being built).

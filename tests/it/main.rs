@@ -1,0 +1,1 @@
+//! sandlog integration tests: one binary, one module per area.
