@@ -33,7 +33,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock stopped at `start`.
     pub fn new(start: Timestamp) -> Self {
-        ManualClock { micros: Arc::new(AtomicI64::new(start.unix_micros())) }
+        ManualClock {
+            micros: Arc::new(AtomicI64::new(start.unix_micros())),
+        }
     }
 
     /// Moves the clock to `instant` (backwards too: tests of monotonicity

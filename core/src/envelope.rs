@@ -63,7 +63,9 @@ impl Hash {
     pub fn from_hex(input: &str) -> Result<Hash, CoreError> {
         blake3::Hash::from_hex(input.trim())
             .map(|hash| Hash(*hash.as_bytes()))
-            .map_err(|_| CoreError::InvalidHash { input: input.to_owned() })
+            .map_err(|_| CoreError::InvalidHash {
+                input: input.to_owned(),
+            })
     }
 
     /// From a stored byte slice; `None` unless it is exactly 32 bytes.

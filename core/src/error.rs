@@ -10,7 +10,9 @@ use crate::path::PathError;
 #[non_exhaustive]
 pub enum CoreError {
     /// A session id was not a UUID in canonical hyphenated form.
-    #[error("invalid session id {input:?}: expected a UUID such as 550e8400-e29b-41d4-a716-446655440000")]
+    #[error(
+        "invalid session id {input:?}: expected a UUID such as 550e8400-e29b-41d4-a716-446655440000"
+    )]
     InvalidSessionId {
         /// What was given.
         input: String,

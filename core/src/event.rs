@@ -354,9 +354,7 @@ macro_rules! events {
 
             /// The payload as JSON bytes.
             pub fn to_payload(&self) -> Vec<u8> {
-                let encoded = match self { $(Event::$variant(payload) => serde_json::to_vec(payload),)* };
-                #[expect(clippy::expect_used, reason = "payloads have only string keys and plain values; serde_json cannot fail on them")]
-                encoded.expect("event payloads always serialise") // invariant: see reason above
+                match self { $(Event::$variant(payload) => encode_payload(payload),)* }
             }
 
             /// Decodes a stored payload. `Ok(None)` for an unknown kind.
@@ -392,6 +390,15 @@ events! {
     PruneRunStarted(PruneRunStarted) = "prune.run.started", schema 1;
     PruneRunCompleted(PruneRunCompleted) = "prune.run.completed", schema 1;
     ReconcileRunCompleted(ReconcileRunCompleted) = "reconcile.run.completed", schema 1;
+}
+
+/// Serialises a payload struct.
+#[expect(
+    clippy::expect_used,
+    reason = "payloads have only string map keys and plain values; serde_json cannot fail on them"
+)]
+fn encode_payload<T: Serialize>(payload: &T) -> Vec<u8> {
+    serde_json::to_vec(payload).expect("event payloads always serialise") // invariant: see reason above
 }
 
 /// The upcasting hook: turns a payload stored at `stored` schema into the
@@ -452,7 +459,10 @@ mod tests {
     #[test]
     fn invalid_payload_of_known_kind_is_an_error_naming_the_kind() {
         let error = Event::decode("file.written", 1, b"{\"path\":\"../x\"}").unwrap_err();
-        assert!(matches!(error, CoreError::InvalidPayload { ref kind, .. } if kind == "file.written"), "{error}");
+        assert!(
+            matches!(error, CoreError::InvalidPayload { ref kind, .. } if kind == "file.written"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -15,7 +15,10 @@ const SECONDS_PER_WEEK: u64 = 7 * SECONDS_PER_DAY;
 /// `m`, `h`, `d`, `w` (`90s`, `15m`, `24h`, `7d`, `1h30m`). A bare `0` is
 /// zero. Negative and fractional values are refused.
 pub fn parse_duration(input: &str) -> Result<Duration, CoreError> {
-    let invalid = |reason| CoreError::InvalidDuration { input: input.to_owned(), reason };
+    let invalid = |reason| CoreError::InvalidDuration {
+        input: input.to_owned(),
+        reason,
+    };
     let text = input.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
@@ -26,25 +29,49 @@ pub fn parse_duration(input: &str) -> Result<Duration, CoreError> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(invalid("expected a whole number before each unit"));
         }
         let (number, after) = rest.split_at(digits);
-        let value: u64 = number.parse().map_err(|_| invalid("the number is too large"))?;
-        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let value: u64 = number
+            .parse()
+            .map_err(|_| invalid("the number is too large"))?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
         let (unit, next) = after.split_at(unit_len);
         let part = match unit {
             "ms" => Duration::from_millis(value),
             "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value.checked_mul(SECONDS_PER_MINUTE).ok_or_else(|| invalid("it is too large"))?),
-            "h" => Duration::from_secs(value.checked_mul(SECONDS_PER_HOUR).ok_or_else(|| invalid("it is too large"))?),
-            "d" => Duration::from_secs(value.checked_mul(SECONDS_PER_DAY).ok_or_else(|| invalid("it is too large"))?),
-            "w" => Duration::from_secs(value.checked_mul(SECONDS_PER_WEEK).ok_or_else(|| invalid("it is too large"))?),
+            "m" => Duration::from_secs(
+                value
+                    .checked_mul(SECONDS_PER_MINUTE)
+                    .ok_or_else(|| invalid("it is too large"))?,
+            ),
+            "h" => Duration::from_secs(
+                value
+                    .checked_mul(SECONDS_PER_HOUR)
+                    .ok_or_else(|| invalid("it is too large"))?,
+            ),
+            "d" => Duration::from_secs(
+                value
+                    .checked_mul(SECONDS_PER_DAY)
+                    .ok_or_else(|| invalid("it is too large"))?,
+            ),
+            "w" => Duration::from_secs(
+                value
+                    .checked_mul(SECONDS_PER_WEEK)
+                    .ok_or_else(|| invalid("it is too large"))?,
+            ),
             "" => return Err(invalid("a unit is missing (ms, s, m, h, d, w)")),
             _ => return Err(invalid("unknown unit (use ms, s, m, h, d, w)")),
         };
-        total = total.checked_add(part).ok_or_else(|| invalid("it is too large"))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| invalid("it is too large"))?;
         rest = next;
     }
     Ok(total)
@@ -85,14 +112,21 @@ pub fn format_duration(duration: Duration) -> String {
 /// letters `K`, `M`, `G`, `T`, which are binary as in `ulimit` and `dd`.
 /// Case-insensitive.
 pub fn parse_size(input: &str) -> Result<u64, CoreError> {
-    let invalid = |reason| CoreError::InvalidSize { input: input.to_owned(), reason };
+    let invalid = |reason| CoreError::InvalidSize {
+        input: input.to_owned(),
+        reason,
+    };
     let text = input.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if digits == 0 {
         return Err(invalid("expected a whole number"));
     }
     let (number, unit) = text.split_at(digits);
-    let value: u64 = number.parse().map_err(|_| invalid("the number is too large"))?;
+    let value: u64 = number
+        .parse()
+        .map_err(|_| invalid("the number is too large"))?;
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "kb" => 1_000,
@@ -103,9 +137,15 @@ pub fn parse_size(input: &str) -> Result<u64, CoreError> {
         "m" | "mib" => 1 << 20,
         "g" | "gib" => 1 << 30,
         "t" | "tib" => 1 << 40,
-        _ => return Err(invalid("unknown unit (use B, K, KB, KiB, M, MB, MiB, G, GB, GiB)")),
+        _ => {
+            return Err(invalid(
+                "unknown unit (use B, K, KB, KiB, M, MB, MiB, G, GB, GiB)",
+            ));
+        }
     };
-    value.checked_mul(multiplier).ok_or_else(|| invalid("it is too large"))
+    value
+        .checked_mul(multiplier)
+        .ok_or_else(|| invalid("it is too large"))
 }
 
 /// Prints a size for people in decimal units with one decimal
@@ -145,7 +185,13 @@ mod tests {
     #[test]
     fn refuses_bad_durations() {
         for input in ["", "h", "5", "-5s", "1.5h", "5y", "99999999999999999999s"] {
-            assert!(matches!(parse_duration(input), Err(CoreError::InvalidDuration { .. })), "{input}");
+            assert!(
+                matches!(
+                    parse_duration(input),
+                    Err(CoreError::InvalidDuration { .. })
+                ),
+                "{input}"
+            );
         }
     }
 
@@ -164,7 +210,10 @@ mod tests {
         assert_eq!(format_size(512), "512 B");
         assert_eq!(format_size(1_500_000), "1.5 MB");
         assert_eq!(format_size(999_999), "1.0 MB");
-        assert_eq!(format_duration(Duration::from_secs(3 * 3600 + 12 * 60 + 5)), "3h 12m");
+        assert_eq!(
+            format_duration(Duration::from_secs(3 * 3600 + 12 * 60 + 5)),
+            "3h 12m"
+        );
         assert_eq!(format_duration(Duration::from_secs(45)), "45s");
         assert_eq!(format_duration(Duration::from_secs(2 * 86_400 + 7)), "2d");
         assert_eq!(format_duration(Duration::from_millis(120)), "120ms");

@@ -23,7 +23,9 @@ impl SessionId {
     /// Other forms uuid accepts (braced, URN, simple) are refused so a
     /// directory name and an id are the same text.
     pub fn parse(input: &str) -> Result<Self, CoreError> {
-        let invalid = || CoreError::InvalidSessionId { input: input.to_owned() };
+        let invalid = || CoreError::InvalidSessionId {
+            input: input.to_owned(),
+        };
         if input.len() != 36 {
             return Err(invalid());
         }
@@ -117,10 +119,16 @@ impl StreamId {
             return Ok(StreamId::System);
         }
         match input.strip_prefix(SESSION_STREAM_PREFIX) {
-            Some(id) => SessionId::parse(id)
-                .map(StreamId::Session)
-                .map_err(|_| CoreError::InvalidStream { input: input.to_owned() }),
-            None => Err(CoreError::InvalidStream { input: input.to_owned() }),
+            Some(id) => {
+                SessionId::parse(id)
+                    .map(StreamId::Session)
+                    .map_err(|_| CoreError::InvalidStream {
+                        input: input.to_owned(),
+                    })
+            }
+            None => Err(CoreError::InvalidStream {
+                input: input.to_owned(),
+            }),
         }
     }
 
@@ -220,7 +228,9 @@ mod tests {
         ] {
             assert_eq!(
                 SessionId::parse(input),
-                Err(CoreError::InvalidSessionId { input: input.to_owned() }),
+                Err(CoreError::InvalidSessionId {
+                    input: input.to_owned()
+                }),
                 "{input}"
             );
         }

@@ -111,7 +111,9 @@ impl WorkspacePath {
 
     /// The parent path, or `None` for a top-level entry.
     pub fn parent(&self) -> Option<WorkspacePath> {
-        self.0.rsplit_once('/').map(|(parent, _)| WorkspacePath(parent.to_owned()))
+        self.0
+            .rsplit_once('/')
+            .map(|(parent, _)| WorkspacePath(parent.to_owned()))
     }
 
     /// `self/name`, validated.
@@ -122,7 +124,8 @@ impl WorkspacePath {
     /// Whether `self` is `ancestor` or lies below it.
     pub fn starts_with(&self, ancestor: &WorkspacePath) -> bool {
         self.0 == ancestor.0
-            || (self.0.starts_with(&ancestor.0) && self.0.as_bytes().get(ancestor.0.len()) == Some(&b'/'))
+            || (self.0.starts_with(&ancestor.0)
+                && self.0.as_bytes().get(ancestor.0.len()) == Some(&b'/'))
     }
 
     /// The path as a relative `std::path::Path`.
@@ -178,7 +181,10 @@ mod tests {
         assert_eq!(reason("a\0b"), PathError::NulByte);
         assert_eq!(reason("a\\b"), PathError::Backslash);
         assert_eq!(reason(&"a".repeat(PATH_BYTES_MAX + 1)), PathError::TooLong);
-        assert_eq!(reason(&"a".repeat(PATH_COMPONENT_BYTES_MAX + 1)), PathError::ComponentTooLong);
+        assert_eq!(
+            reason(&"a".repeat(PATH_COMPONENT_BYTES_MAX + 1)),
+            PathError::ComponentTooLong
+        );
     }
 
     #[test]

@@ -26,7 +26,10 @@ pub struct PrunePolicy {
 impl PrunePolicy {
     /// Age-only policy.
     pub fn older_than(older_than: Duration) -> Self {
-        PrunePolicy { older_than, ..PrunePolicy::default() }
+        PrunePolicy {
+            older_than,
+            ..PrunePolicy::default()
+        }
     }
 }
 
