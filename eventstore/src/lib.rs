@@ -1,1 +1,37 @@
-//! sandlog-eventstore (being built).
+//! sandlog-eventstore: the append-only, blake3 hash-chained event log.
+//!
+//! Owns: the `events` and `blobs` tables of the SQLite file, appends (one
+//! transaction per batch, optimistic concurrency per stream, gapless global
+//! positions, idempotent by event id), reads (by stream, by position, by
+//! filter, streamed in pages), chain verification and digests, and
+//! content-addressed blobs.
+//!
+//! Never does: interpret payloads (it stores and hashes bytes; projections
+//! decode them), update or delete an event, or touch workspaces.
+//!
+//! # Layout
+//!
+//! * [`sqlite`]: opening the file, schema and migrations, durability, the
+//!   [`AppendHook`] that lets read models commit with the events.
+//! * [`append`]: [`EventStore::append`] and [`ExpectedVersion`].
+//! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
+//! * [`chain`]: [`EventStore::verify`], [`Digest`].
+//! * [`blobs`]: [`EventStore::put_blob`], [`EventStore::get_blob`].
+//! * [`backend`]: the [`Backend`] trait a second backend (PostgreSQL) will
+//!   implement.
+
+pub mod append;
+pub mod backend;
+pub mod blobs;
+pub mod chain;
+pub mod error;
+pub mod read;
+pub mod sqlite;
+
+pub use append::{ExpectedVersion, Head};
+pub use backend::Backend;
+pub use chain::{Digest, VerifyReport};
+pub use error::{ChainProblem, EventStoreError, Result};
+pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};
+pub use rusqlite;
+pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION};

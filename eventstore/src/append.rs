@@ -1,0 +1,365 @@
+//! Appending: one `BEGIN IMMEDIATE` transaction per batch, an
+//! expected-version check per stream, gapless positions, the hash link, and
+//! idempotent retries by event id.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use sandlog_core::envelope::EnvelopeFields;
+use sandlog_core::limits::{ACTOR_BYTES_MAX, BATCH_EVENTS_MAX, KIND_BYTES_MAX, PAYLOAD_BYTES_MAX};
+use sandlog_core::{
+    Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp, chain_hash,
+};
+
+use crate::error::{EventStoreError, Result};
+use crate::read::envelope_from_row;
+use crate::sqlite::EventStore;
+
+/// What the caller believes about a stream's version before appending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// Append whatever the version.
+    Any,
+    /// The stream must not exist yet (creating a session).
+    NoStream,
+    /// The stream must exist and be exactly at this version.
+    Exact(StreamVersion),
+}
+
+impl fmt::Display for ExpectedVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExpectedVersion::Any => f.write_str("any version"),
+            ExpectedVersion::NoStream => f.write_str("no stream"),
+            ExpectedVersion::Exact(version) => write!(f, "version {version}"),
+        }
+    }
+}
+
+/// The last event of the log: where the next append goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Position of the last event ([`Position::ZERO`] when empty).
+    pub position: Position,
+    /// Its hash ([`Hash::GENESIS`] when empty).
+    pub hash: Hash,
+    /// When it was recorded (none when empty).
+    pub recorded_at: Option<Timestamp>,
+}
+
+fn validate_batch(events: &[NewEvent]) -> Result<()> {
+    let invalid = |reason: String| Err(EventStoreError::InvalidBatch(reason));
+    if events.len() > BATCH_EVENTS_MAX {
+        return invalid(format!(
+            "{} events in one append; the limit is {BATCH_EVENTS_MAX}",
+            events.len()
+        ));
+    }
+    let mut ids = HashSet::with_capacity(events.len());
+    for event in events {
+        if event.kind.is_empty() || event.kind.len() > KIND_BYTES_MAX {
+            return invalid(format!(
+                "event kind must be 1 to {KIND_BYTES_MAX} bytes, got {:?}",
+                event.kind
+            ));
+        }
+        if event.actor.len() > ACTOR_BYTES_MAX {
+            return invalid(format!("actor is longer than {ACTOR_BYTES_MAX} bytes"));
+        }
+        if event.payload.len() > PAYLOAD_BYTES_MAX {
+            return invalid(format!(
+                "payload of {} is {} bytes; the limit is {PAYLOAD_BYTES_MAX}",
+                event.kind,
+                event.payload.len()
+            ));
+        }
+        if !ids.insert(event.event_id) {
+            return invalid(format!(
+                "event id {} appears twice in the batch",
+                event.event_id
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
+    let mut statement = transaction.prepare_cached(
+        "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",
+    )?;
+    let head = statement
+        .query_row([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })
+        .optional()?;
+    match head {
+        None => Ok(Head {
+            position: Position::ZERO,
+            hash: Hash::GENESIS,
+            recorded_at: None,
+        }),
+        Some((position, hash, recorded_at)) => {
+            let position = Position(u64::try_from(position).unwrap_or(0));
+            let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
+                position,
+                reason: "hash is not 32 bytes".into(),
+            })?;
+            Ok(Head {
+                position,
+                hash,
+                recorded_at: Some(Timestamp::from_unix_micros(recorded_at)),
+            })
+        }
+    }
+}
+
+pub(crate) fn read_stream_version(
+    connection: &rusqlite::Connection,
+    stream: &str,
+) -> Result<Option<StreamVersion>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT version FROM events WHERE stream = ?1 ORDER BY version DESC LIMIT 1",
+    )?;
+    let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional()?;
+    Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64> {
+    i64::try_from(value)
+        .map_err(|_| EventStoreError::InvalidBatch(format!("{what} {value} is out of range")))
+}
+
+impl EventStore {
+    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(EventStoreError::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Commits, and poisons the store if the commit failed with an I/O
+    /// error: after a failed fsync the kernel may have dropped dirty pages,
+    /// so what is on disk is unknown and further writes could build on a
+    /// state that is not there (the fsyncgate lesson). A full disk is not an
+    /// I/O error: SQLite rolls that transaction back cleanly.
+    pub(crate) fn commit(&self, transaction: Transaction<'_>) -> Result<()> {
+        transaction.commit().map_err(|error| {
+            if matches!(
+                error.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::SystemIoFailure)
+            ) {
+                tracing::error!(%error, "commit failed with an I/O error; refusing further writes");
+                self.poisoned.store(true, Ordering::SeqCst);
+            }
+            EventStoreError::from(error)
+        })
+    }
+
+    /// Appends `events` to `stream` atomically, if the stream is at
+    /// `expected`.
+    ///
+    /// Returns the stored envelopes. If the first event's id is already
+    /// stored, this is a retry: the stored envelopes of the whole batch are
+    /// returned and nothing is appended (if the stored batch differs, the
+    /// call fails with [`EventStoreError::EventIdReused`]). The append hook,
+    /// if any, runs inside the transaction. An empty batch appends nothing.
+    pub fn append(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        validate_batch(events)?;
+        let Some(first) = events.first() else {
+            return Ok(Vec::new());
+        };
+        self.check_not_poisoned()?;
+        let stream_text = stream.to_string();
+        let mut connection = self.lock_writer();
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+
+        if let Some(stored) = stored_batch(&transaction, &stream_text, events, first)? {
+            return Ok(stored);
+        }
+
+        let actual = read_stream_version(&transaction, &stream_text)?;
+        let matches = match expected {
+            ExpectedVersion::Any => true,
+            ExpectedVersion::NoStream => actual.is_none(),
+            ExpectedVersion::Exact(version) => actual == Some(version),
+        };
+        if !matches {
+            return Err(EventStoreError::VersionConflict {
+                stream,
+                expected,
+                actual,
+            });
+        }
+
+        let head = read_head(&transaction)?;
+        // recorded_at never goes backwards along the log, even if the clock
+        // does: a time cut of the log is then a position cut.
+        let now = self.clock.now();
+        let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
+        let mut envelopes = Vec::with_capacity(events.len());
+        {
+            let mut insert = transaction.prepare_cached(
+                "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
+                 correlation_id, causation_id, payload, prev_hash, hash) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )?;
+            let mut prev_hash = head.hash;
+            let mut position = head.position;
+            let mut version = actual.unwrap_or_default();
+            for event in events {
+                position = position.next();
+                version = version.next();
+                let fields = EnvelopeFields {
+                    position: position.0,
+                    stream: &stream_text,
+                    version: version.0,
+                    event_id: event.event_id.0.as_bytes(),
+                    kind: &event.kind,
+                    schema: event.schema,
+                    recorded_at_micros: recorded_at.unix_micros(),
+                    actor: &event.actor,
+                    correlation_id: event
+                        .correlation_id
+                        .as_ref()
+                        .map_or(&[], |id| id.as_bytes()),
+                    causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+                    payload: &event.payload,
+                };
+                let hash = chain_hash(&prev_hash, &fields);
+                let inserted = insert.execute(params![
+                    to_i64(position.0, "position")?,
+                    stream_text,
+                    to_i64(version.0, "version")?,
+                    fields.event_id,
+                    event.kind,
+                    event.schema,
+                    recorded_at.unix_micros(),
+                    event.actor,
+                    event
+                        .correlation_id
+                        .as_ref()
+                        .map(|id| id.as_bytes().as_slice()),
+                    event
+                        .causation_id
+                        .as_ref()
+                        .map(|id| id.as_bytes().as_slice()),
+                    event.payload,
+                    prev_hash.0.as_slice(),
+                    hash.0.as_slice(),
+                ]);
+                if let Err(error) = inserted {
+                    return Err(map_insert_error(&transaction, error, event)?);
+                }
+                envelopes.push(Envelope {
+                    position,
+                    stream,
+                    version,
+                    event_id: event.event_id,
+                    kind: event.kind.clone(),
+                    schema: event.schema,
+                    recorded_at,
+                    actor: event.actor.clone(),
+                    correlation_id: event.correlation_id,
+                    causation_id: event.causation_id,
+                    payload: event.payload.clone(),
+                    prev_hash,
+                    hash,
+                });
+                prev_hash = hash;
+            }
+        }
+        if let Some(hook) = &self.hook {
+            hook.after_append(&transaction, &envelopes)
+                .map_err(EventStoreError::Hook)?;
+        }
+        self.commit(transaction)?;
+        Ok(envelopes)
+    }
+}
+
+/// The idempotency check: if `first`'s id is stored, returns the stored
+/// batch (or an error if it is not the same batch).
+fn stored_batch(
+    transaction: &Transaction<'_>,
+    stream_text: &str,
+    events: &[NewEvent],
+    first: &NewEvent,
+) -> Result<Option<Vec<Envelope>>> {
+    let Some(first_stored) = stored_by_id(transaction, first)? else {
+        return Ok(None);
+    };
+    let mut stored = Vec::with_capacity(events.len());
+    let mut expected_position = first_stored.position;
+    for event in events {
+        let envelope = match stored_by_id(transaction, event)? {
+            Some(envelope) => envelope,
+            None => {
+                return Err(EventStoreError::EventIdReused {
+                    event_id: first.event_id,
+                    position: first_stored.position,
+                });
+            }
+        };
+        let same = envelope.position == expected_position
+            && envelope.stream.to_string() == stream_text
+            && envelope.kind == event.kind
+            && envelope.schema == event.schema
+            && envelope.payload == event.payload
+            && envelope.actor == event.actor;
+        if !same {
+            return Err(EventStoreError::EventIdReused {
+                event_id: event.event_id,
+                position: envelope.position,
+            });
+        }
+        expected_position = expected_position.next();
+        stored.push(envelope);
+    }
+    tracing::debug!(
+        events = events.len(),
+        "append was a retry of a stored batch; nothing appended"
+    );
+    Ok(Some(stored))
+}
+
+fn stored_by_id(transaction: &Transaction<'_>, event: &NewEvent) -> Result<Option<Envelope>> {
+    let mut statement = transaction.prepare_cached(
+        "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, correlation_id, \
+         causation_id, payload, prev_hash, hash FROM events WHERE event_id = ?1",
+    )?;
+    let mut rows = statement.query([event.event_id.0.as_bytes().as_slice()])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(envelope_from_row(row)?)),
+        None => Ok(None),
+    }
+}
+
+/// Turns a failed insert into the error that explains it.
+fn map_insert_error(
+    transaction: &Transaction<'_>,
+    error: rusqlite::Error,
+    event: &NewEvent,
+) -> Result<EventStoreError> {
+    if matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ConstraintViolation)
+    ) && let Some(stored) = stored_by_id(transaction, event)?
+    {
+        return Ok(EventStoreError::EventIdReused {
+            event_id: event.event_id,
+            position: stored.position,
+        });
+    }
+    Ok(EventStoreError::Sqlite(error))
+}

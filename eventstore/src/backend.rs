@@ -1,0 +1,80 @@
+//! The [`Backend`] trait: what any log storage must provide.
+//!
+//! SQLite ([`crate::EventStore`]) is the embedded default. A PostgreSQL
+//! backend (global position from a sequence under a lock, per-stream
+//! versions by unique constraint) can carry many writers on many hosts by
+//! implementing the same contract; it is planned, not built. Code that only
+//! needs the log (not the SQLite read models) should take `&dyn Backend`.
+
+use sandlog_core::{Envelope, Hash, NewEvent, StreamId, StreamVersion};
+
+use crate::append::{ExpectedVersion, Head};
+use crate::chain::{Digest, VerifyReport};
+use crate::error::Result;
+use crate::read::LogFilter;
+use crate::sqlite::EventStore;
+
+/// The storage contract of the log.
+///
+/// * `append` is atomic per batch, checks `expected` against the stream's
+///   version, assigns gapless global positions, chains hashes, and is
+///   idempotent by event id.
+/// * Reads return envelopes in position order.
+/// * `verify` names the first bad position.
+pub trait Backend: Send + Sync {
+    /// See [`EventStore::append`].
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>>;
+    /// Events matching `filter`, collected (callers that need streaming use
+    /// the concrete backend's iterator).
+    fn query_page(&self, filter: &LogFilter) -> Result<Vec<Envelope>>;
+    /// The head.
+    fn head(&self) -> Result<Head>;
+    /// A stream's version.
+    fn stream_version(&self, stream: StreamId) -> Result<Option<StreamVersion>>;
+    /// Walk the chain.
+    fn verify(&self, digest: Option<Digest>) -> Result<VerifyReport>;
+    /// Store a blob.
+    fn put_blob(&self, bytes: &[u8]) -> Result<Hash>;
+    /// Fetch a blob.
+    fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>>;
+}
+
+impl Backend for EventStore {
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        EventStore::append(self, stream, expected, events)
+    }
+
+    fn query_page(&self, filter: &LogFilter) -> Result<Vec<Envelope>> {
+        self.query(filter.clone()).collect()
+    }
+
+    fn head(&self) -> Result<Head> {
+        EventStore::head(self)
+    }
+
+    fn stream_version(&self, stream: StreamId) -> Result<Option<StreamVersion>> {
+        EventStore::stream_version(self, stream)
+    }
+
+    fn verify(&self, digest: Option<Digest>) -> Result<VerifyReport> {
+        self.verify_with_progress(digest, |_| {})
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<Hash> {
+        EventStore::put_blob(self, bytes)
+    }
+
+    fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
+        EventStore::get_blob(self, hash)
+    }
+}

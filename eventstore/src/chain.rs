@@ -1,0 +1,243 @@
+//! The hash chain: `verify` walks the whole log once, in constant memory,
+//! and names the first bad position; digests let a user pin the head
+//! somewhere the database's writer cannot reach.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rusqlite::types::ValueRef;
+use sandlog_core::envelope::EnvelopeFields;
+use sandlog_core::{CoreError, Hash, Position, chain_hash};
+
+use crate::error::{ChainProblem, EventStoreError, Result};
+use crate::sqlite::EventStore;
+
+/// A pinned head: "the log had `position` events and its last hash was
+/// `hash`". Store it outside the database (a ticket, a WORM bucket, a
+/// printout); [`EventStore::verify_against`] then proves the log still
+/// extends it. A chain alone cannot prove that: whoever can write the file
+/// can recompute every hash after a rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest {
+    /// The position pinned.
+    pub position: Position,
+    /// The hash of the event at that position.
+    pub hash: Hash,
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.position, self.hash)
+    }
+}
+
+impl FromStr for Digest {
+    type Err = CoreError;
+
+    /// Parses `POS:HASH`, as printed by `sandlog digest`.
+    fn from_str(input: &str) -> std::result::Result<Self, Self::Err> {
+        let invalid = || CoreError::InvalidHash {
+            input: input.to_owned(),
+        };
+        let (position, hash) = input.split_once(':').ok_or_else(invalid)?;
+        let position = position.trim().parse::<u64>().map_err(|_| invalid())?;
+        Ok(Digest {
+            position: Position(position),
+            hash: Hash::from_hex(hash)?,
+        })
+    }
+}
+
+/// What a successful verification covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Events checked.
+    pub events: u64,
+    /// The head position.
+    pub head: Position,
+    /// The head hash.
+    pub head_hash: Hash,
+}
+
+fn blob<'a>(value: ValueRef<'a>, position: Position, name: &str) -> Result<&'a [u8]> {
+    match value {
+        ValueRef::Blob(bytes) => Ok(bytes),
+        ValueRef::Null if name == "correlation_id" || name == "causation_id" => Ok(&[]),
+        _ => Err(broken(
+            position,
+            ChainProblem::Malformed(format!("{name} is not a blob")),
+        )),
+    }
+}
+
+fn text<'a>(value: ValueRef<'a>, position: Position, name: &str) -> Result<&'a str> {
+    match value {
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes).map_err(|_| {
+            broken(
+                position,
+                ChainProblem::Malformed(format!("{name} is not UTF-8")),
+            )
+        }),
+        _ => Err(broken(
+            position,
+            ChainProblem::Malformed(format!("{name} is not text")),
+        )),
+    }
+}
+
+fn integer(value: ValueRef<'_>, position: Position, name: &str) -> Result<i64> {
+    match value {
+        ValueRef::Integer(number) => Ok(number),
+        _ => Err(broken(
+            position,
+            ChainProblem::Malformed(format!("{name} is not an integer")),
+        )),
+    }
+}
+
+fn broken(position: Position, problem: ChainProblem) -> EventStoreError {
+    EventStoreError::ChainBroken { position, problem }
+}
+
+impl EventStore {
+    /// Walks the whole chain: every position from 1 is present once and in
+    /// order, every `prev_hash` is the previous `hash`, and every `hash` is
+    /// the hash of its row. Constant memory: one row at a time.
+    ///
+    /// Errors with [`EventStoreError::ChainBroken`] naming the first bad
+    /// position.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.verify_inner(None, |_| {})
+    }
+
+    /// [`EventStore::verify`], and also that the log still extends `digest`:
+    /// the event at the digest's position has the digest's hash.
+    pub fn verify_against(&self, digest: Digest) -> Result<VerifyReport> {
+        self.verify_inner(Some(digest), |_| {})
+    }
+
+    /// [`EventStore::verify`] with a progress callback (events checked so
+    /// far, every [`crate::read::PAGE_EVENTS`] events).
+    pub fn verify_with_progress(
+        &self,
+        digest: Option<Digest>,
+        progress: impl FnMut(u64),
+    ) -> Result<VerifyReport> {
+        self.verify_inner(digest, progress)
+    }
+
+    fn verify_inner(
+        &self,
+        digest: Option<Digest>,
+        mut progress: impl FnMut(u64),
+    ) -> Result<VerifyReport> {
+        let connection = self.lock_reader();
+        // One read transaction: a concurrent append cannot make the walk see
+        // half a batch.
+        let transaction = connection.unchecked_transaction()?;
+        let mut statement = transaction.prepare(
+            "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
+             correlation_id, causation_id, payload, prev_hash, hash FROM events ORDER BY position",
+        )?;
+        let mut rows = statement.query([])?;
+        let mut expected = Position(1);
+        let mut prev_hash = Hash::GENESIS;
+        let mut events = 0u64;
+        let mut digest_checked = false;
+        while let Some(row) = rows.next()? {
+            let position_value = integer(row.get_ref(0)?, expected, "position")?;
+            let position = Position(u64::try_from(position_value).unwrap_or(0));
+            if position != expected {
+                return Err(broken(expected, ChainProblem::Missing { found: position }));
+            }
+            let stored_prev = Hash::from_slice(blob(row.get_ref(11)?, position, "prev_hash")?)
+                .ok_or_else(|| {
+                    broken(
+                        position,
+                        ChainProblem::Malformed("prev_hash is not 32 bytes".into()),
+                    )
+                })?;
+            let stored_hash = Hash::from_slice(blob(row.get_ref(12)?, position, "hash")?)
+                .ok_or_else(|| {
+                    broken(
+                        position,
+                        ChainProblem::Malformed("hash is not 32 bytes".into()),
+                    )
+                })?;
+            let fields = EnvelopeFields {
+                position: position.0,
+                stream: text(row.get_ref(1)?, position, "stream")?,
+                version: u64::try_from(integer(row.get_ref(2)?, position, "version")?)
+                    .unwrap_or(u64::MAX),
+                event_id: blob(row.get_ref(3)?, position, "event_id")?,
+                kind: text(row.get_ref(4)?, position, "kind")?,
+                schema: u32::try_from(integer(row.get_ref(5)?, position, "schema")?)
+                    .unwrap_or(u32::MAX),
+                recorded_at_micros: integer(row.get_ref(6)?, position, "recorded_at")?,
+                actor: text(row.get_ref(7)?, position, "actor")?,
+                correlation_id: blob(row.get_ref(8)?, position, "correlation_id")?,
+                causation_id: blob(row.get_ref(9)?, position, "causation_id")?,
+                payload: blob(row.get_ref(10)?, position, "payload")?,
+            };
+            // The row must hash to what it stores (catches an edited field)
+            // and link to the previous row (catches an inserted or swapped
+            // row whose own hash was recomputed).
+            if chain_hash(&stored_prev, &fields) != stored_hash {
+                return Err(broken(position, ChainProblem::HashMismatch));
+            }
+            if stored_prev != prev_hash {
+                return Err(broken(position, ChainProblem::PrevHashMismatch));
+            }
+            if let Some(digest) = digest
+                && digest.position == position
+            {
+                if digest.hash != stored_hash {
+                    return Err(broken(
+                        position,
+                        ChainProblem::DigestMismatch {
+                            expected: digest.hash,
+                            actual: stored_hash,
+                        },
+                    ));
+                }
+                digest_checked = true;
+            }
+            prev_hash = stored_hash;
+            events += 1;
+            expected = expected.next();
+            if events.is_multiple_of(crate::read::PAGE_EVENTS as u64) {
+                progress(events);
+            }
+        }
+        let head = Position(expected.0 - 1);
+        if let Some(digest) = digest {
+            if !digest_checked && digest.position != Position::ZERO {
+                return Err(broken(digest.position, ChainProblem::Truncated { head }));
+            }
+            if digest.position == Position::ZERO && digest.hash != Hash::GENESIS {
+                return Err(broken(
+                    Position::ZERO,
+                    ChainProblem::DigestMismatch {
+                        expected: digest.hash,
+                        actual: Hash::GENESIS,
+                    },
+                ));
+            }
+        }
+        progress(events);
+        Ok(VerifyReport {
+            events,
+            head,
+            head_hash: prev_hash,
+        })
+    }
+
+    /// The current head as a digest to store elsewhere.
+    pub fn digest(&self) -> Result<Digest> {
+        let head = self.head()?;
+        Ok(Digest {
+            position: head.position,
+            hash: head.hash,
+        })
+    }
+}

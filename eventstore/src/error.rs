@@ -1,0 +1,203 @@
+//! The one error enum of `sandlog-eventstore`.
+
+use std::path::PathBuf;
+
+use sandlog_core::{EventId, Hash, Position, StreamId, StreamVersion};
+
+use crate::append::ExpectedVersion;
+
+/// What a chain check found wrong at a position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChainProblem {
+    /// The row for this position is missing (deleted, or positions were
+    /// renumbered): the next stored row had another position.
+    #[error("event is missing (the next stored row is at position {found})")]
+    Missing {
+        /// The position of the row found instead.
+        found: Position,
+    },
+    /// The row's `prev_hash` is not the previous row's `hash`.
+    #[error("prev_hash does not match the previous event's hash")]
+    PrevHashMismatch,
+    /// The row's stored hash is not the hash of its fields: some field was
+    /// changed after it was written.
+    #[error("stored hash does not match the event's contents (the row was changed)")]
+    HashMismatch,
+    /// A column has the wrong type or size.
+    #[error("malformed row: {0}")]
+    Malformed(String),
+    /// The log's event at a stored digest's position has another hash: the
+    /// log was rewritten behind the digest.
+    #[error(
+        "hash at this position is {actual}, but the digest says {expected}: the log was rewritten"
+    )]
+    DigestMismatch {
+        /// The digest's hash.
+        expected: Hash,
+        /// The log's hash at that position.
+        actual: Hash,
+    },
+    /// The log ends before a stored digest's position: it was truncated.
+    #[error("the log ends at position {head}, before the digest's position: the log was truncated")]
+    Truncated {
+        /// The log's last position.
+        head: Position,
+    },
+}
+
+/// Errors of the event store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventStoreError {
+    /// The stream is not at the expected version: somebody else appended
+    /// first. Re-read the stream, re-decide, and append again — or give up
+    /// (a prune intent that conflicts means the session was used: keep it).
+    #[error("version conflict on {stream}: expected {expected}, stream is at {}", actual.map_or("no stream".to_owned(), |v| v.to_string()))]
+    VersionConflict {
+        /// The stream.
+        stream: StreamId,
+        /// What the caller expected.
+        expected: ExpectedVersion,
+        /// Where the stream is (`None`: it does not exist).
+        actual: Option<StreamVersion>,
+    },
+    /// An event id in the batch is already stored as a different event, or
+    /// only part of a batch is stored. A caller bug: event ids must be
+    /// fresh for new events and reused only for a retry of the same batch.
+    #[error("event id {event_id} is already stored at position {position} as a different event")]
+    EventIdReused {
+        /// The id.
+        event_id: EventId,
+        /// Where it is stored.
+        position: Position,
+    },
+    /// The batch is not valid (empty kind, over-long payload, duplicate ids
+    /// in the batch, too many events). Nothing was written.
+    #[error("invalid append: {0}")]
+    InvalidBatch(String),
+    /// The file is not a SQLite database (or is damaged beyond opening).
+    #[error("{path} is not a sandlog database: {reason}")]
+    NotADatabase {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's message.
+        reason: String,
+    },
+    /// The file is a SQLite database of some other application.
+    #[error(
+        "{path} is a SQLite database of another application (application_id {application_id:#x}); refusing to touch it"
+    )]
+    ForeignDatabase {
+        /// The file.
+        path: PathBuf,
+        /// Its application id.
+        application_id: i64,
+    },
+    /// The file was written by a newer sandlog. Upgrade sandlog.
+    #[error(
+        "{path} has schema version {found}, newer than this sandlog supports ({supported}); upgrade sandlog"
+    )]
+    SchemaTooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest this build supports.
+        supported: i64,
+    },
+    /// The chain is broken at `position`: the first bad event. The log was
+    /// tampered with or damaged; treat everything from there as untrusted.
+    #[error("integrity failure at position {position}: {problem}")]
+    ChainBroken {
+        /// The first bad position.
+        position: Position,
+        /// What is wrong there.
+        problem: ChainProblem,
+    },
+    /// A stored row could not be read back as an envelope.
+    #[error("stored event at position {position} is unreadable: {reason}")]
+    Corrupt {
+        /// Its position.
+        position: Position,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A blob's bytes do not hash to its address: it was damaged.
+    #[error("blob {hash} is corrupt: its contents hash to {actual}")]
+    BlobCorrupt {
+        /// Its address.
+        hash: Hash,
+        /// What its bytes hash to.
+        actual: Hash,
+    },
+    /// A blob is larger than the limit.
+    #[error("blob of {size} bytes is larger than the limit of {max} bytes")]
+    BlobTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A previous commit failed with an I/O error, so what is durable is
+    /// unknown; the store refuses writes. Reopen the store (recovery runs
+    /// on open) after fixing the disk.
+    #[error("the store refuses writes after an earlier I/O error during commit; reopen it")]
+    Poisoned,
+    /// The caller's append hook failed; the append was rolled back.
+    #[error("append hook failed: {0}")]
+    Hook(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// SQLite failed (disk full, locked past the busy timeout, I/O error).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A filesystem error around the database file.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl EventStoreError {
+    /// A stable, machine-readable name for the CLI's `{"error":{"kind"}}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::VersionConflict { .. } => "version_conflict",
+            Self::EventIdReused { .. } => "event_id_reused",
+            Self::InvalidBatch(_) => "invalid_append",
+            Self::NotADatabase { .. } => "not_a_database",
+            Self::ForeignDatabase { .. } => "foreign_database",
+            Self::SchemaTooNew { .. } => "schema_too_new",
+            Self::ChainBroken { .. } => "integrity",
+            Self::Corrupt { .. } => "corrupt",
+            Self::BlobCorrupt { .. } => "integrity",
+            Self::BlobTooLarge { .. } => "too_large",
+            Self::Poisoned => "poisoned",
+            Self::Hook(_) => "hook",
+            Self::Sqlite(error) if is_disk_full(error) => "disk_full",
+            Self::Sqlite(_) => "database",
+            Self::Io { .. } => "io",
+        }
+    }
+
+    /// Whether this is an integrity failure (CLI exit code 4).
+    pub fn is_integrity(&self) -> bool {
+        matches!(
+            self,
+            Self::ChainBroken { .. } | Self::BlobCorrupt { .. } | Self::Corrupt { .. }
+        )
+    }
+}
+
+/// Whether a SQLite error is "database or disk is full".
+pub fn is_disk_full(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DiskFull)
+    )
+}
+
+/// Result alias.
+pub type Result<T, E = EventStoreError> = std::result::Result<T, E>;

@@ -1,0 +1,369 @@
+//! The SQLite file: opening, the schema and its migrations, durability.
+//!
+//! # Layout of the file
+//!
+//! * `PRAGMA application_id` is [`APPLICATION_ID`] (`SnLg`): a SQLite file of
+//!   another application is refused, never modified.
+//! * `PRAGMA user_version` is the schema version; [`MIGRATIONS`] holds one
+//!   SQL script per version and `open` applies the missing ones in a
+//!   transaction.
+//! * `events`: one row per event; `position` is the rowid, so reads by
+//!   position are B-tree walks. `UNIQUE(stream, version)` makes a second
+//!   writer with a stale version fail even if the version check raced.
+//!   Triggers refuse `UPDATE` and `DELETE`: the log is append-only to every
+//!   well-behaved client (a tamperer can drop them; `verify` is for that).
+//! * `blobs`: content addressed by blake3.
+//!
+//! Read models of `sandlog-projections` live in the same file, in their own
+//! tables, so they commit atomically with the events they fold.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use sandlog_core::{Clock, Envelope, SystemClock};
+
+use crate::error::{EventStoreError, Result};
+
+/// `PRAGMA application_id` of a sandlog database: "SnLg".
+pub const APPLICATION_ID: i64 = 0x536E_4C67;
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a writer waits for another process's write lock before failing
+/// with `SQLITE_BUSY`. Appends hold the lock for milliseconds; five seconds
+/// covers a long hook (a rebuild) in another process without hanging
+/// forever.
+pub const BUSY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// Prepared statements kept per connection: every statement the store runs,
+/// plus room for the read models'.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
+/// Page cache per connection, in KiB (negative `cache_size` means KiB).
+/// 32 MiB keeps the hot tail of the log and the read-model indexes in
+/// memory without growing with the log.
+const CACHE_SIZE_KIB: i64 = 32 * 1024;
+
+/// One SQL script per schema version; `MIGRATIONS[n]` takes version `n` to
+/// `n + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 0 → 1: the log and the blobs.
+    r#"
+    CREATE TABLE events (
+        position       INTEGER PRIMARY KEY,
+        stream         TEXT    NOT NULL,
+        version        INTEGER NOT NULL,
+        event_id       BLOB    NOT NULL UNIQUE,
+        kind           TEXT    NOT NULL,
+        schema         INTEGER NOT NULL,
+        recorded_at    INTEGER NOT NULL,
+        actor          TEXT    NOT NULL,
+        correlation_id BLOB,
+        causation_id   BLOB,
+        payload        BLOB    NOT NULL,
+        prev_hash      BLOB    NOT NULL,
+        hash           BLOB    NOT NULL,
+        UNIQUE (stream, version)
+    );
+    CREATE INDEX events_by_recorded_at ON events (recorded_at);
+    CREATE INDEX events_by_kind ON events (kind, position);
+    CREATE TRIGGER events_are_append_only_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'sandlog: events are append-only'); END;
+    CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'sandlog: events are append-only'); END;
+    CREATE TABLE blobs (
+        hash BLOB    PRIMARY KEY,
+        size INTEGER NOT NULL,
+        data BLOB    NOT NULL
+    );
+    "#,
+];
+
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
+
+/// What a successful commit guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: the WAL is fsynced at every commit. An
+    /// acknowledged append survives a process crash *and* power loss. The
+    /// default.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: the WAL is fsynced only at checkpoints. An
+    /// acknowledged append survives a process crash, but the last few
+    /// commits may be lost on power loss or an OS crash (the database stays
+    /// consistent and the chain valid: it just ends earlier). Opt in for
+    /// bulk imports and tests.
+    Normal,
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Durability of commits.
+    pub durability: Durability,
+    /// The clock that stamps `recorded_at`.
+    pub clock: Arc<dyn Clock>,
+    /// How long to wait for another writer.
+    pub busy_timeout: Duration,
+    /// Create the file if it does not exist.
+    pub create: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            durability: Durability::Full,
+            clock: Arc::new(SystemClock),
+            busy_timeout: BUSY_TIMEOUT_DEFAULT,
+            create: true,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Sets the clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the durability.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+}
+
+/// Runs caller-owned writes inside every append transaction, after the
+/// events are inserted and before the commit. If it fails, the append is
+/// rolled back and fails with [`EventStoreError::Hook`]. Read models use
+/// it so the log and the read models never disagree.
+pub trait AppendHook: Send + Sync {
+    /// Called with the transaction and the envelopes just inserted (never
+    /// for the no-op of an idempotent retry).
+    fn after_append(
+        &self,
+        transaction: &rusqlite::Transaction<'_>,
+        envelopes: &[Envelope],
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// The event store on one SQLite file. `Send + Sync`: share it in an `Arc`.
+/// Writes serialise on one connection (SQLite has one writer anyway); reads
+/// use a second connection so they never wait behind a write transaction.
+pub struct EventStore {
+    pub(crate) path: PathBuf,
+    pub(crate) writer: Mutex<Connection>,
+    pub(crate) reader: Mutex<Connection>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) hook: Option<Arc<dyn AppendHook>>,
+    pub(crate) poisoned: AtomicBool,
+}
+
+impl std::fmt::Debug for EventStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let connection =
+        Connection::open_with_flags(path, flags).map_err(|error| not_a_database(path, error))?;
+    connection.busy_timeout(options.busy_timeout)?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(connection)
+}
+
+fn not_a_database(path: &Path, error: rusqlite::Error) -> EventStoreError {
+    match error.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            EventStoreError::NotADatabase {
+                path: path.to_owned(),
+                reason: error.to_string(),
+            }
+        }
+        _ => EventStoreError::Sqlite(error),
+    }
+}
+
+fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Result<()> {
+    let journal_mode: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|error| not_a_database(path, error))?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(%journal_mode, "SQLite refused WAL mode; appends will be slower");
+    }
+    let synchronous = match options.durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    connection.execute_batch(&format!(
+        "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; PRAGMA temp_store = MEMORY;"
+    ))?;
+    Ok(())
+}
+
+/// Checks the file's identity and brings its schema up to date.
+fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
+    let read_identity = |connection: &Connection| -> Result<(i64, i64, i64)> {
+        let application_id: i64 = connection
+            .query_row("PRAGMA application_id", [], |row| row.get(0))
+            .map_err(|error| not_a_database(path, error))?;
+        let user_version: i64 =
+            connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let objects: i64 = connection.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+            [],
+            |row| row.get(0),
+        )?;
+        Ok((application_id, user_version, objects))
+    };
+    let check = |(application_id, user_version, objects): (i64, i64, i64)| -> Result<bool> {
+        if application_id == 0 && objects == 0 {
+            return Ok(true);
+        }
+        if application_id != APPLICATION_ID {
+            return Err(EventStoreError::ForeignDatabase {
+                path: path.to_owned(),
+                application_id,
+            });
+        }
+        if user_version > SCHEMA_VERSION {
+            return Err(EventStoreError::SchemaTooNew {
+                path: path.to_owned(),
+                found: user_version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Ok(user_version < SCHEMA_VERSION)
+    };
+    // Read-only look first: most opens find an up-to-date schema and need
+    // no write lock.
+    if !check(read_identity(connection)?)? {
+        return Ok(());
+    }
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Another process may have created or migrated it while we waited.
+    let identity = read_identity(&transaction)?;
+    if check(identity)? {
+        let from = identity.1;
+        for (version, script) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(from).unwrap_or(0))
+        {
+            tracing::info!(
+                from = version,
+                to = version + 1,
+                "migrating event store schema"
+            );
+            transaction.execute_batch(script)?;
+        }
+        transaction.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+        ))?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+impl EventStore {
+    /// Opens (or creates) the store at `path`.
+    ///
+    /// Errors: [`EventStoreError::NotADatabase`] for a file that is not
+    /// SQLite, [`EventStoreError::ForeignDatabase`] for another
+    /// application's database, [`EventStoreError::SchemaTooNew`] for a file
+    /// written by a newer sandlog.
+    pub fn open(path: &Path, options: OpenOptions) -> Result<EventStore> {
+        if !options.create && !path.exists() {
+            return Err(EventStoreError::Io {
+                context: format!("opening {}", path.display()),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        let mut writer = open_connection(path, &options, options.create)?;
+        // Identity and schema before configuration: a foreign file is
+        // refused before anything (even WAL mode) is written to it.
+        prepare_schema(&mut writer, path)?;
+        configure(&writer, path, &options)?;
+        let reader = open_connection(path, &options, false)?;
+        configure(&reader, path, &options)?;
+        reader.execute_batch("PRAGMA query_only = ON;")?;
+        Ok(EventStore {
+            path: path.to_owned(),
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+            clock: options.clock,
+            hook: None,
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Installs the append hook (replacing any other).
+    pub fn set_hook(&mut self, hook: Arc<dyn AppendHook>) {
+        self.hook = Some(hook);
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The clock that stamps events.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written
+        // (an open transaction rolls back on drop), so the poison flag
+        // carries no information: take the connection back.
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn lock_reader(&self) -> MutexGuard<'_, Connection> {
+        self.reader
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` with the read connection (`query_only`). Read models query
+    /// their tables through this.
+    pub fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let connection = self.lock_reader();
+        f(&connection)
+    }
+
+    /// Runs `f` in a write transaction (`BEGIN IMMEDIATE`) that commits if
+    /// `f` succeeds. For read-model maintenance (rebuild, catch-up); never
+    /// for events, which only [`EventStore::append`] writes.
+    pub fn with_write_transaction<T, E>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<EventStoreError>,
+    {
+        self.check_not_poisoned()?;
+        let mut connection = self.lock_writer();
+        let transaction = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(EventStoreError::from)?;
+        let value = f(&transaction)?;
+        self.commit(transaction)?;
+        Ok(value)
+    }
+}
