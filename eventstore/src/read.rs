@@ -16,7 +16,8 @@ use crate::sqlite::EventStore;
 /// of maximal payloads stays in the tens of MiB.
 pub const PAGE_EVENTS: usize = 2048;
 
-pub(crate) const ENVELOPE_COLUMNS: &str = "position, stream, version, event_id, kind, schema, recorded_at, actor, \
+/// The columns of an envelope, in the order [`envelope_from_row`] reads them.
+pub const ENVELOPE_COLUMNS: &str = "position, stream, version, event_id, kind, schema, recorded_at, actor, \
      correlation_id, causation_id, payload, prev_hash, hash";
 
 fn malformed(position: Position, reason: impl Into<String>) -> EventStoreError {
@@ -66,9 +67,10 @@ fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> R
     }
 }
 
-/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`].
+/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`] (read
+/// models catching up inside a write transaction use it too).
 /// A row of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
-pub(crate) fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
+pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
     let position = Position(u64_column(row, 0, Position::ZERO, "position")?);
     let stream_text = text_column(row, 1, position, "stream")?;
     let stream =

@@ -342,7 +342,10 @@ impl EventStore {
 
     /// Runs `f` with the read connection (`query_only`). Read models query
     /// their tables through this.
-    pub fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    pub fn with_reader<T, E>(
+        &self,
+        f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         let connection = self.lock_reader();
         f(&connection)
     }

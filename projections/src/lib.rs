@@ -1,1 +1,27 @@
-//! sandlog-projections (being built).
+//! sandlog-projections: everything users ask about sessions, derived from
+//! the log.
+//!
+//! Owns: the pure fold ([`state::apply`]) over sessions, files, metadata
+//! timestamps and cleanup statistics; the SQL read models kept in the log's
+//! file and written inside the append transaction ([`read_model`]); rebuild
+//! and catch-up; as-of replay ([`replay`]); queries, including prune
+//! candidates ([`query`], [`prune`]).
+//!
+//! Never does: read the clock (callers pass `now`), touch the filesystem,
+//! or append events. The fold decides nothing: rules live in the runtime's
+//! command handlers and in the pure prune planner.
+
+pub mod error;
+pub mod prune;
+pub mod query;
+pub mod read_model;
+pub mod replay;
+pub mod state;
+
+pub use error::{ProjectionError, Result};
+pub use query::{FileView, PrunePlan, SeedMetadata, SessionSummary, StoreStats, TreeNode};
+pub use read_model::{
+    CatchUpReport, READ_MODEL_VERSION, catch_up, checkpoint_position, install, rebuild,
+};
+pub use replay::Cut;
+pub use state::{CleanupStats, FileEntry, SessionState, SessionStatus, State, apply};
