@@ -1,2 +1,27 @@
-//! The sandlog admin CLI (being built).
-fn main() {}
+//! The `sandlog` binary: parse → run → exit code. Nothing else lives here.
+
+mod args;
+mod commands;
+mod exit;
+mod output;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return exit::usage_error(error),
+    };
+    let output = output::Output::new(&cli);
+    output::init_tracing(&cli);
+    match commands::run(cli, &output) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            output.error(&error);
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

@@ -101,8 +101,20 @@ impl Serialize for Hash {
 
 impl<'de> Deserialize<'de> for Hash {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        Hash::from_hex(&text).map_err(serde::de::Error::custom)
+        // A visitor rather than `String::deserialize`: the hex is parsed
+        // from the borrowed input, with no allocation per hash (an execution
+        // event carries four, and a rebuild decodes every event).
+        struct HexVisitor;
+        impl serde::de::Visitor<'_> for HexVisitor {
+            type Value = Hash;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a blake3 hash as 64 hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Hash, E> {
+                Hash::from_hex(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(HexVisitor)
     }
 }
 

@@ -74,23 +74,34 @@ impl WorkspacePath {
         if input.contains('\\') {
             return Err(PathError::Backslash);
         }
-        let mut components = Vec::new();
+        let mut depth = 0usize;
+        let mut already_normal = true;
         for component in input.split('/') {
             match component {
-                "" | "." => continue,
+                "" | "." => already_normal = false,
                 ".." => return Err(PathError::ParentComponent),
                 _ if component.len() > PATH_COMPONENT_BYTES_MAX => {
                     return Err(PathError::ComponentTooLong);
                 }
-                _ => components.push(component),
+                _ => depth += 1,
             }
         }
-        if components.is_empty() {
+        if depth == 0 {
             return Err(PathError::Empty);
         }
-        if components.len() > PATH_DEPTH_MAX {
+        if depth > PATH_DEPTH_MAX {
             return Err(PathError::TooDeep);
         }
+        // Stored paths are normal already (they were parsed before being
+        // written): keep the input as it is rather than split and re-join
+        // it, which matters when a rebuild decodes every `file.written`.
+        if already_normal {
+            return Ok(WorkspacePath(input.to_owned()));
+        }
+        let components: Vec<&str> = input
+            .split('/')
+            .filter(|component| !matches!(*component, "" | "."))
+            .collect();
         Ok(WorkspacePath(components.join("/")))
     }
 
@@ -148,8 +159,18 @@ impl Serialize for WorkspacePath {
 
 impl<'de> Deserialize<'de> for WorkspacePath {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        WorkspacePath::parse(&text).map_err(serde::de::Error::custom)
+        // Parsed from the borrowed input: no intermediate `String`.
+        struct PathVisitor;
+        impl serde::de::Visitor<'_> for PathVisitor {
+            type Value = WorkspacePath;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a workspace-relative path")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<WorkspacePath, E> {
+                WorkspacePath::parse(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(PathVisitor)
     }
 }
 

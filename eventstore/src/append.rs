@@ -316,7 +316,9 @@ fn stored_batch(
             && envelope.kind == event.kind
             && envelope.schema == event.schema
             && envelope.payload == event.payload
-            && envelope.actor == event.actor;
+            && envelope.actor == event.actor
+            && envelope.correlation_id == event.correlation_id
+            && envelope.causation_id == event.causation_id;
         if !same {
             return Err(EventStoreError::EventIdReused {
                 event_id: event.event_id,

@@ -256,8 +256,9 @@ impl EventStore {
         Ok(page.pop())
     }
 
-    /// The last event recorded strictly before `instant` (for as-of replay
-    /// by time), or `None` if there is none.
+    /// The position of the last event recorded at or before `instant` (for
+    /// as-of replay by time: `Cut::Time` includes events stamped exactly
+    /// then), or [`Position::ZERO`] if there is none.
     pub fn position_before(&self, instant: Timestamp) -> Result<Position> {
         let connection = self.lock_reader();
         let position: Option<i64> = connection.query_row(

@@ -230,7 +230,10 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
         Ok((application_id, user_version, objects))
     };
     let check = |(application_id, user_version, objects): (i64, i64, i64)| -> Result<bool> {
-        if application_id == 0 && objects == 0 {
+        // Only a truly blank file is ours to create: an empty database that
+        // carries another application's `user_version` is foreign (and
+        // migrating it from that version would skip creating the tables).
+        if application_id == 0 && objects == 0 && user_version == 0 {
             return Ok(true);
         }
         if application_id != APPLICATION_ID {

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use sandlog_core::event::{Event, MetadataStatus, Outcome, WrittenBy};
-use sandlog_core::{Envelope, Hash, Position, SessionId, StreamVersion, Timestamp, WorkspacePath};
+use sandlog_core::{
+    Envelope, Hash, Position, SessionId, StreamId, StreamVersion, Timestamp, WorkspacePath,
+};
 use serde::{Deserialize, Serialize};
 
 /// A session's lifecycle status.
@@ -109,7 +111,7 @@ pub struct SessionState {
 }
 
 impl SessionState {
-    fn new(session_id: SessionId, envelope: &Envelope) -> Self {
+    fn new(session_id: SessionId, envelope: &EventContext) -> Self {
         SessionState {
             session_id,
             status: SessionStatus::Active,
@@ -214,8 +216,47 @@ pub fn apply(state: &mut State, envelope: &Envelope) {
     apply_event(state, envelope, &event);
 }
 
+/// The envelope fields the fold reads besides the payload. Readers that
+/// fold many stored rows (the read models' catch-up and rebuild) take just
+/// these columns instead of building whole [`Envelope`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventContext {
+    /// Global position.
+    pub position: Position,
+    /// The stream (the session, for session events).
+    pub stream: StreamId,
+    /// Version within the stream.
+    pub version: StreamVersion,
+    /// When the store recorded it.
+    pub recorded_at: Timestamp,
+}
+
+impl EventContext {
+    /// The session whose stream this is, if any.
+    pub fn session(&self) -> Option<SessionId> {
+        self.stream.session()
+    }
+}
+
+impl From<&Envelope> for EventContext {
+    fn from(envelope: &Envelope) -> Self {
+        EventContext {
+            position: envelope.position,
+            stream: envelope.stream,
+            version: envelope.version,
+            recorded_at: envelope.recorded_at,
+        }
+    }
+}
+
 /// [`apply`] for an already decoded event.
 pub fn apply_event(state: &mut State, envelope: &Envelope, event: &Event) {
+    apply_in_context(state, &EventContext::from(envelope), event);
+}
+
+/// [`apply_event`] given only the fields the fold reads. Does not move
+/// `state.position` (callers do, for every event, decodable or not).
+pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Event) {
     let at = envelope.recorded_at;
     apply_stats(&mut state.stats, event, at);
     let Some(session_id) = envelope.session() else {
@@ -253,7 +294,7 @@ pub fn apply_event(state: &mut State, envelope: &Envelope, event: &Event) {
         _ => match state.sessions.get_mut(&session_id) {
             Some(session) => session,
             None => {
-                tracing::warn!(%session_id, kind = %envelope.kind, "event for a session never created; skipped");
+                tracing::warn!(%session_id, kind = event.kind(), "event for a session never created; skipped");
                 return;
             }
         },
@@ -278,6 +319,9 @@ pub fn apply_event(state: &mut State, envelope: &Envelope, event: &Event) {
                 },
             );
             session.recount();
+            // Only host writes are activity (M2). Guest writes ride on their
+            // execution, which touches only if it succeeded; an adoption's
+            // inventory is not activity, so adopted timestamps stand (M4).
             if written.by == WrittenBy::Host {
                 session.touch(at);
             }

@@ -1,9 +1,36 @@
-//! sandlog-runtime: the `Engine` (command handlers that perform side effects
-//! and append their events), the wasmtime/WASI sandbox, and the filesystem
-//! applier.
+//! sandlog-runtime: the [`Engine`] (command handlers that perform side
+//! effects and append the events that record them), the wasmtime/WASI
+//! [`sandbox`], the filesystem [`applier`], and adoption of seed-format
+//! workspaces.
 //!
 //! Owns: every side effect on workspaces and every wasm execution.
-//! Never does: decide what state *is* (that is the projections' fold) or
+//! Never does: decide what state *is* (that is the projections' fold), or
 //! write to the log except through `sandlog-eventstore`'s append.
+//!
+//! # Layout
+//!
+//! * [`engine`]: `Engine::open`, sessions, execute, host file operations.
+//! * [`workspace`]: capability-based access to one workspace (S5).
+//! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`applier`]: `reconcile` = pure `plan` + execute.
+//! * [`adopt`]: importing seed workspaces.
+//! * [`sandbox`]: wasmtime, limits, the module cache.
 
+pub mod adopt;
+pub mod applier;
+pub mod engine;
+pub mod error;
+pub mod lifecycle;
 pub mod sandbox;
+pub mod verify;
+pub mod workspace;
+
+pub use adopt::AdoptReport;
+pub use applier::{ReconcileOptions, ReconcileReport};
+pub use engine::{Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, Runtime};
+pub use error::{Result, RuntimeError};
+pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
+pub use verify::VerifyOutcome;
+pub use sandlog_core as core;
+pub use sandlog_eventstore as eventstore;
+pub use sandlog_projections as projections;

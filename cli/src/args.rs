@@ -1,0 +1,336 @@
+//! The command line, mirroring `CLI.md` (clap derive). Parsing only: no
+//! I/O happens here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// sandlog: an event-sourced storage engine for sandboxed code-execution
+/// workspaces. Every lifecycle action is an event in an append-only,
+/// blake3 hash-chained log; sessions, metadata and prune candidates are
+/// projections of it.
+///
+/// Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 integrity failure,
+/// 5 guest failure.
+#[derive(Debug, Parser)]
+#[command(name = "sandlog", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// The root directory (holds sandlog.db, workspaces/, cache/).
+    #[arg(long, global = true, env = "SANDLOG_ROOT", default_value = "./sandlog-data", value_name = "DIR")]
+    pub root: PathBuf,
+
+    /// Print one JSON document on stdout (JSON Lines for `log`); errors as
+    /// {"error":{"kind","message"}} on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// Format of log output on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the root directory.
+    Init,
+    /// Sessions: create, list, show, timeline, delete.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Run code in a session; the guest's stdout/stderr pass through.
+    ///
+    /// Give the code with --code, --file, or `-` to read it from stdin.
+    /// Exits 5 if the outcome is not ok or the guest exited non-zero.
+    Exec(ExecArgs),
+    /// Files of a session: ls, cat, put, rm.
+    #[command(subcommand)]
+    Files(FilesCommand),
+    /// Prune sessions by policy (two-phase and race-free; legacy sessions
+    /// are never pruned).
+    Prune(PruneArgs),
+    /// Reconcile the disk to the log: finish pending intents, quarantine
+    /// orphan directories, record drift.
+    Reconcile(ReconcileArgs),
+    /// Read the log (JSON Lines with --json).
+    Log(LogArgs),
+    /// Show the state as of a position or time.
+    Replay(ReplayArgs),
+    /// Check the hash chain, the read models against a rebuild, and
+    /// (with --digest) that the log still extends a stored digest.
+    /// Exits 4 on any integrity failure, naming the first bad position.
+    Verify(VerifyArgs),
+    /// Print the head (POS:HASH) to store somewhere the database's writer
+    /// cannot reach.
+    Digest,
+    /// Import the UUID-named workspace directories of DIR (seed layout,
+    /// with valid, corrupted or no .metadata.json), moving them under the
+    /// root.
+    Adopt(AdoptArgs),
+    /// Write <DIR>/<uuid>.json in the seed metadata shape for each session.
+    ExportMetadata(ExportArgs),
+    /// Counts, bytes, log size and cleanup statistics.
+    Stats,
+    /// Print shell completions.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff).
+    Man,
+    /// The quick-start walk-through: sessions, Python runs, adoption,
+    /// pruning, verification and replay on the root, narrated.
+    Demo,
+}
+
+/// Session subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session.
+    Create {
+        /// A label, `key=value` (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+    },
+    /// List sessions with their metadata.
+    List {
+        /// Only sessions with this status.
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+    },
+    /// Show one session (metadata in the seed's shape, plus status and sizes).
+    Show {
+        /// The session id.
+        id: String,
+    },
+    /// The session's whole life in order, for a person.
+    Timeline {
+        /// The session id.
+        id: String,
+    },
+    /// Delete a session: intent, delete the directory, completion.
+    Delete {
+        /// The session id.
+        id: String,
+        /// Why (recorded in the log).
+        #[arg(long, default_value = "deleted by operator")]
+        reason: String,
+    },
+}
+
+/// Session statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArg {
+    /// Usable.
+    Active,
+    /// Prune intent recorded.
+    Pruning,
+    /// Pruned.
+    Pruned,
+    /// Delete intent recorded.
+    Deleting,
+    /// Deleted.
+    Deleted,
+}
+
+/// `exec` arguments.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The session id.
+    pub id: String,
+    /// `-` reads the code from stdin.
+    #[arg(value_name = "-", conflicts_with_all = ["code", "file"])]
+    pub stdin: Option<String>,
+    /// The code.
+    #[arg(long, conflicts_with = "file")]
+    pub code: Option<String>,
+    /// A file with the code.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// `python`, `javascript`, or a path to a WASI .wasm module (which gets
+    /// the code as stdin).
+    #[arg(long, default_value = "python")]
+    pub runtime: String,
+    /// Fuel (deterministic CPU limit).
+    #[arg(long)]
+    pub fuel: Option<u64>,
+    /// Wall-clock limit (`90s`, `500ms`).
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// Linear memory limit (`256MiB`).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+}
+
+/// Files subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FilesCommand {
+    /// List files (from the log's projection).
+    Ls {
+        /// The session id.
+        id: String,
+        /// A glob (`*.py`; `**` crosses directories).
+        pattern: Option<String>,
+        /// Nested tree.
+        #[arg(long)]
+        tree: bool,
+    },
+    /// Print a file's bytes.
+    Cat {
+        /// The session id.
+        id: String,
+        /// Path inside the workspace.
+        path: String,
+    },
+    /// Write a file.
+    Put {
+        /// The session id.
+        id: String,
+        /// Path inside the workspace.
+        path: String,
+        /// Read the contents from this file.
+        #[arg(long, value_name = "FILE", conflicts_with = "stdin")]
+        from: Option<PathBuf>,
+        /// `-` reads the contents from stdin.
+        #[arg(value_name = "-")]
+        stdin: Option<String>,
+        /// Replace an existing file.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Delete a file (or a directory with --recursive).
+    Rm {
+        /// The session id.
+        id: String,
+        /// Path inside the workspace.
+        path: String,
+        /// Delete a directory and everything in it.
+        #[arg(long)]
+        recursive: bool,
+    },
+}
+
+/// `prune` arguments.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Prune sessions idle at least this long (`24h`, `7d`).
+    #[arg(long, value_name = "DUR")]
+    pub older_than: String,
+    /// List what would be deleted; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete at most N sessions (oldest first).
+    #[arg(long, value_name = "N")]
+    pub max_deletions: Option<u64>,
+    /// Keep at most N active sessions (delete the oldest beyond).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<u64>,
+    /// Keep at most SIZE in active sessions (delete the oldest beyond).
+    #[arg(long, value_name = "SIZE")]
+    pub max_bytes: Option<String>,
+}
+
+/// `reconcile` arguments.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Plan only.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete orphan directories instead of quarantining them.
+    #[arg(long)]
+    pub purge_orphans: bool,
+    /// Also hash every live workspace's files against the log.
+    #[arg(long)]
+    pub deep: bool,
+    /// Treat UUID directories younger than this as possibly being created
+    /// (not orphans).
+    #[arg(long, value_name = "DUR", default_value = "60s")]
+    pub orphan_grace: String,
+}
+
+/// `log` arguments.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only this session's events.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Only these kinds (repeatable; `session.prune.*` matches a prefix).
+    #[arg(long = "kind", value_name = "K")]
+    pub kinds: Vec<String>,
+    /// Recorded at or after (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Recorded before (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub until: Option<String>,
+    /// From this position.
+    #[arg(long, value_name = "POS")]
+    pub from: Option<u64>,
+    /// At most N events.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+}
+
+/// `replay` arguments.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A position (integer) or a time (RFC 3339).
+    #[arg(long, value_name = "POS|TIME")]
+    pub at: String,
+    /// Show this session and its files.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+}
+
+/// `verify` arguments.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// A digest printed earlier by `sandlog digest` (POS:HASH).
+    #[arg(long, value_name = "POS:HASH")]
+    pub digest: Option<String>,
+}
+
+/// `adopt` arguments.
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// The directory holding UUID-named workspace directories.
+    pub dir: PathBuf,
+}
+
+/// `export-metadata` arguments.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Where to write `<uuid>.json` files.
+    pub dir: PathBuf,
+}
+
+/// `completions` arguments.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}

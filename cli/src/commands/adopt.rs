@@ -1,0 +1,46 @@
+//! `adopt DIR`.
+
+use std::path::Path;
+
+use sandlog_runtime::Engine;
+use serde_json::json;
+
+use crate::exit::CliError;
+use crate::output::Output;
+
+pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
+    if !root.exists() {
+        Engine::init(root)?;
+    }
+    let engine = super::open(root)?;
+    let bar = output.progress_bar("adopting");
+    let progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let report = engine.adopt(dir, &progress)?;
+    bar.finish_and_clear();
+    if output.json {
+        let skipped: Vec<_> = report.skipped.iter().map(|(name, reason)| json!({"name": name, "reason": reason})).collect();
+        output.json(&json!({
+            "adopted": report.adopted,
+            "legacy": report.legacy,
+            "corrupted": report.corrupted,
+            "skipped": skipped,
+        }))?;
+    } else {
+        for id in &report.adopted {
+            output.line(&format!("adopted {id} (metadata valid: timestamps kept)"))?;
+        }
+        for id in &report.legacy {
+            output.line(&format!("adopted {id} as legacy (no metadata: never pruned)"))?;
+        }
+        for id in &report.corrupted {
+            output.line(&format!("adopted {id} as legacy (corrupted metadata kept in evidence/)"))?;
+        }
+        for (name, reason) in &report.skipped {
+            output.line(&format!("skipped {name}: {reason}"))?;
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,90 @@
+//! `files ls|cat|put|rm`.
+
+use std::io::{Read, Write};
+
+use sandlog_runtime::Engine;
+use sandlog_runtime::core::human::format_size;
+use sandlog_runtime::projections::query::file_tree;
+use serde_json::json;
+
+use crate::args::FilesCommand;
+use crate::exit::CliError;
+use crate::output::Output;
+use crate::render;
+
+pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8, CliError> {
+    match command {
+        FilesCommand::Ls { id, pattern, tree } => {
+            let files = engine.list_files(super::session_id(&id)?, pattern.as_deref())?;
+            if tree {
+                let tree = file_tree(&files);
+                if output.json {
+                    output.json(&tree)?;
+                } else {
+                    let text = serde_json::to_string_pretty(&tree).unwrap_or_default();
+                    output.line(&text)?;
+                }
+            } else if output.json {
+                let documents: Vec<_> =
+                    files.iter().map(|f| json!({"path": f.path, "size": f.size, "blake3": f.blake3, "updated_at": f.updated_at})).collect();
+                output.json(&documents)?;
+            } else {
+                let mut table = render::table(output, &["path", "size", "blake3", "updated"]);
+                for file in &files {
+                    table.add_row(vec![
+                        file.path.to_string(),
+                        format_size(file.size),
+                        render::short_hash(&file.blake3.to_hex()).to_owned(),
+                        file.updated_at.to_string(),
+                    ]);
+                }
+                output.line(&table.to_string())?;
+            }
+        }
+        FilesCommand::Cat { id, path } => {
+            let bytes = engine.read_file(super::session_id(&id)?, &super::workspace_path(&path)?)?;
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(&bytes) {
+                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+                    return Err(CliError::Io { context: "writing to stdout".into(), source: error });
+                }
+                _ => {}
+            }
+        }
+        FilesCommand::Put { id, path, from, stdin, overwrite } => {
+            let session_id = super::session_id(&id)?;
+            let path = super::workspace_path(&path)?;
+            let bytes = match (from, stdin.as_deref()) {
+                (Some(file), _) => std::fs::read(&file)
+                    .map_err(|source| CliError::Io { context: format!("reading {}", file.display()), source })?,
+                (None, Some("-")) => {
+                    let mut bytes = Vec::new();
+                    std::io::stdin()
+                        .read_to_end(&mut bytes)
+                        .map_err(|source| CliError::Io { context: "reading stdin".into(), source })?;
+                    bytes
+                }
+                _ => {
+                    return Err(CliError::Usage { kind: "usage", message: "give the contents with --from FILE or `-` (stdin)".into() });
+                }
+            };
+            let file = engine.write_file(session_id, &path, &bytes, overwrite)?;
+            if output.json {
+                output.json(&json!({"path": file.path, "size": file.size, "blake3": file.blake3}))?;
+            } else {
+                output.line(&format!("wrote {} ({}, blake3 {})", file.path, format_size(file.size), file.blake3))?;
+            }
+        }
+        FilesCommand::Rm { id, path, recursive } => {
+            let deleted = engine.delete_file(super::session_id(&id)?, &super::workspace_path(&path)?, recursive)?;
+            if output.json {
+                output.json(&json!({"deleted": deleted}))?;
+            } else {
+                for path in &deleted {
+                    output.line(&format!("deleted {path}"))?;
+                }
+            }
+        }
+    }
+    Ok(0)
+}

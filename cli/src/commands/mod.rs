@@ -1,0 +1,71 @@
+//! One module per command: parse the arguments' values, make one engine
+//! call, render the result.
+
+mod adopt;
+mod demo;
+mod exec;
+mod files;
+mod forensics;
+mod misc;
+mod prune;
+mod session;
+
+use std::path::Path;
+
+use sandlog_runtime::core::{SessionId, WorkspacePath};
+use sandlog_runtime::{Engine, EngineOptions};
+
+use crate::args::{Cli, Command};
+use crate::exit::{CliError, usage};
+use crate::output::Output;
+
+/// Runs the command; returns the exit code for success paths (0, or 5 for
+/// a guest failure).
+pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
+    let root = cli.root.clone();
+    match cli.command {
+        Command::Init => misc::init(&root, output),
+        Command::Completions(args) => misc::completions(args.shell),
+        Command::Man => misc::man(),
+        Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
+        Command::Demo => demo::demo(&root, output),
+        command => {
+            let engine = open(&root)?;
+            match command {
+                Command::Session(command) => session::run(&engine, command, output),
+                Command::Exec(args) => exec::exec(&engine, args, output),
+                Command::Files(command) => files::run(&engine, command, output),
+                Command::Prune(args) => prune::prune(&engine, args, output),
+                Command::Reconcile(args) => prune::reconcile(&engine, args, output),
+                Command::Log(args) => forensics::log(&engine, args, output),
+                Command::Replay(args) => forensics::replay(&engine, args, output),
+                Command::Verify(args) => forensics::verify(&engine, args, output),
+                Command::Digest => forensics::digest(&engine, output),
+                Command::ExportMetadata(args) => misc::export_metadata(&engine, &args.dir, output),
+                Command::Stats => misc::stats(&engine, output),
+                Command::Init | Command::Completions(_) | Command::Man | Command::Adopt(_) | Command::Demo => Ok(0),
+            }
+        }
+    }
+}
+
+/// The actor recorded for CLI commands: `cli:<user>`.
+pub fn actor() -> String {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned());
+    format!("cli:{user}")
+}
+
+/// Opens the engine on an existing root.
+pub fn open(root: &Path) -> Result<Engine, CliError> {
+    Ok(Engine::open(root, EngineOptions { actor: actor(), ..EngineOptions::default() })?)
+}
+
+/// Parses a session id (malformed: usage error, exit 2).
+pub fn session_id(text: &str) -> Result<SessionId, CliError> {
+    SessionId::parse(text).map_err(usage)
+}
+
+/// Parses a workspace path (refused: failure, exit 1, naming the reason).
+pub fn workspace_path(text: &str) -> Result<WorkspacePath, CliError> {
+    Ok(WorkspacePath::parse(text).map_err(sandlog_runtime::RuntimeError::from)?)
+}

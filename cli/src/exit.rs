@@ -1,0 +1,110 @@
+//! Errors of the CLI and the exit codes they map to (CLI.md): 0 ok, 1
+//! failure, 2 usage, 3 not found, 4 integrity failure, 5 guest failure.
+
+use std::process::ExitCode;
+
+use sandlog_runtime::RuntimeError;
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// A failure (I/O, database, refused operation).
+pub const EXIT_FAILURE: u8 = 1;
+/// Bad command line or malformed input (id, duration, size, path syntax).
+pub const EXIT_USAGE: u8 = 2;
+/// An unknown session, file or runtime.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// The log or the read models failed verification.
+pub const EXIT_INTEGRITY: u8 = 4;
+/// `exec` whose outcome was not ok or whose guest exited non-zero.
+pub const EXIT_GUEST_FAILURE: u8 = 5;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// From the engine.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Malformed input the CLI parsed itself.
+    #[error("{message}")]
+    Usage {
+        /// Stable kind.
+        kind: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// An integrity failure found by `verify` that is not a chain error.
+    #[error("{0}")]
+    Integrity(String),
+    /// Reading or writing a file the user named.
+    #[error("{context}: {source}")]
+    Io {
+        /// What and where.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    /// The stable kind for `{"error":{"kind"}}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CliError::Runtime(error) => error.kind(),
+            CliError::Usage { kind, .. } => kind,
+            CliError::Integrity(_) => "integrity",
+            CliError::Io { .. } => "io",
+        }
+    }
+
+    /// The exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage { .. } => EXIT_USAGE,
+            CliError::Integrity(_) => EXIT_INTEGRITY,
+            CliError::Io { .. } => EXIT_FAILURE,
+            CliError::Runtime(error) => {
+                if error.is_integrity() {
+                    EXIT_INTEGRITY
+                } else if error.is_not_found() || matches!(error, RuntimeError::RuntimeMissing { .. }) {
+                    EXIT_NOT_FOUND
+                } else if matches!(error, RuntimeError::Invalid(_)) {
+                    if matches!(error, RuntimeError::Invalid(sandlog_runtime::core::CoreError::InvalidPath { .. })) {
+                        EXIT_FAILURE
+                    } else {
+                        EXIT_USAGE
+                    }
+                } else {
+                    EXIT_FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Turns a malformed-input error from `sandlog-core` into a usage error.
+pub fn usage(error: sandlog_runtime::core::CoreError) -> CliError {
+    CliError::Usage { kind: error.kind(), message: error.to_string() }
+}
+
+/// Reports a clap error: help and version go to stdout with 0; anything
+/// else is a usage error (2), as JSON if `--json` was on the command line.
+pub fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+        let _ = error.print();
+        return if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(EXIT_USAGE)
+        } else {
+            ExitCode::from(EXIT_OK)
+        };
+    }
+    if std::env::args().any(|arg| arg == "--json") {
+        let message = error.render().to_string();
+        let message = message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
+        let document = serde_json::json!({"error": {"kind": "usage", "message": message}});
+        eprintln!("{document}");
+    } else {
+        let _ = error.print();
+    }
+    ExitCode::from(EXIT_USAGE)
+}

@@ -1,0 +1,119 @@
+//! Where output goes and how it looks: JSON or human, colour only on a
+//! terminal and never under `NO_COLOR`, progress bars only when stderr is
+//! a terminal, tracing on stderr.
+
+use std::io::{IsTerminal, Write};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tracing_subscriber::EnvFilter;
+
+use crate::args::{Cli, LogFormat};
+use crate::exit::CliError;
+
+/// Output settings for one invocation.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// `--json`.
+    pub json: bool,
+    /// Colour on stdout.
+    pub color: bool,
+    /// Progress bars on stderr.
+    pub progress: bool,
+}
+
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty())
+}
+
+impl Output {
+    /// From the command line and the terminals.
+    pub fn new(cli: &Cli) -> Output {
+        Output {
+            json: cli.json,
+            color: !cli.json && std::io::stdout().is_terminal() && !no_color(),
+            progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Prints one JSON document.
+    pub fn json<T: Serialize>(&self, value: &T) -> Result<(), CliError> {
+        let text = serde_json::to_string_pretty(value).map_err(|error| CliError::Io {
+            context: "encoding JSON".into(),
+            source: std::io::Error::other(error),
+        })?;
+        self.line(&text)
+    }
+
+    /// Prints a line on stdout (a closed pipe is not an error).
+    pub fn line(&self, text: &str) -> Result<(), CliError> {
+        let mut stdout = std::io::stdout().lock();
+        match writeln!(stdout, "{text}") {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other.map_err(|source| CliError::Io { context: "writing to stdout".into(), source }),
+        }
+    }
+
+    /// Bold, if colour is on.
+    pub fn bold(&self, text: &str) -> String {
+        if self.color { format!("\x1b[1m{text}\x1b[0m") } else { text.to_owned() }
+    }
+
+    /// Green, if colour is on.
+    pub fn good(&self, text: &str) -> String {
+        if self.color { format!("\x1b[32m{text}\x1b[0m") } else { text.to_owned() }
+    }
+
+    /// Red, if colour is on.
+    pub fn bad(&self, text: &str) -> String {
+        if self.color { format!("\x1b[31m{text}\x1b[0m") } else { text.to_owned() }
+    }
+
+    /// Reports an error on stderr.
+    pub fn error(&self, error: &CliError) {
+        if self.json {
+            let document = serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
+            eprintln!("{document}");
+        } else {
+            eprintln!("sandlog: error: {error}");
+        }
+    }
+
+    /// A progress bar for `total` steps (hidden unless stderr is a
+    /// terminal).
+    pub fn progress_bar(&self, message: &'static str) -> ProgressBar {
+        if !self.progress {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::new(0);
+        if let Ok(style) = ProgressStyle::with_template("{msg:12} {bar:40} {pos}/{len} {elapsed}") {
+            bar.set_style(style);
+        }
+        bar.set_message(message);
+        bar
+    }
+}
+
+/// Sets up `tracing` on stderr: warnings by default, `-v` info, `-vv`
+/// debug, `-vvv` trace, `-q` errors only; `RUST_LOG` overrides.
+pub fn init_tracing(cli: &Cli) {
+    let level = if cli.quiet {
+        "error"
+    } else {
+        match cli.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color());
+    let _ = match cli.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

@@ -1,0 +1,152 @@
+//! Human rendering: tables, sizes, durations, and one-line descriptions of
+//! events for timelines.
+
+use comfy_table::{Cell, ContentArrangement, Table, presets};
+use sandlog_runtime::core::event::{Drift, Event};
+use sandlog_runtime::core::human::{format_duration, format_size};
+use sandlog_runtime::core::{Envelope, Timestamp};
+use sandlog_runtime::projections::SessionSummary;
+
+use crate::output::Output;
+
+/// A table with a header, styled for the terminal (plain elsewhere).
+pub fn table(output: &Output, header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
+    if !output.color {
+        table.force_no_tty();
+    }
+    table.set_header(header.iter().map(|name| Cell::new(name).add_attribute(comfy_table::Attribute::Bold)));
+    table
+}
+
+/// A timestamp, or `—`.
+pub fn time(timestamp: Option<Timestamp>) -> String {
+    timestamp.map_or_else(|| "—".to_owned(), |t| t.to_string())
+}
+
+/// Sessions as a table.
+pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
+    let mut table = table(output, &["session", "status", "created", "updated", "execs", "files", "size", "legacy"]);
+    for session in sessions {
+        table.add_row(vec![
+            session.session_id.to_string(),
+            session.status.as_str().to_owned(),
+            time(session.created_at),
+            time(session.updated_at),
+            session.exec_count.to_string(),
+            session.file_count.to_string(),
+            format_size(session.bytes),
+            if session.legacy { "yes".to_owned() } else { String::new() },
+        ]);
+    }
+    table
+}
+
+/// One line saying what an event means, for a person.
+pub fn describe(envelope: &Envelope) -> String {
+    let event = match envelope.event() {
+        Ok(Some(event)) => event,
+        Ok(None) => return format!("{} (unknown kind)", envelope.kind),
+        Err(error) => return format!("{} (undecodable: {error})", envelope.kind),
+    };
+    match event {
+        Event::SessionCreated(created) => {
+            if created.labels.is_empty() {
+                "session created".to_owned()
+            } else {
+                let labels: Vec<String> = created.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("session created ({})", labels.join(", "))
+            }
+        }
+        Event::SessionAdopted(adopted) => format!(
+            "adopted from {} (metadata {:?}{})",
+            adopted.source,
+            adopted.metadata,
+            adopted.created_at.map_or(String::new(), |t| format!(", created {t}"))
+        ),
+        Event::SessionExecuted(executed) => format!(
+            "executed {} ({} bytes of code) → {}{} in {}, fuel {}{}{}",
+            executed.runtime,
+            executed.code_bytes,
+            executed.outcome.as_str(),
+            executed.exit_code.map_or(String::new(), |code| format!(" (exit {code})")),
+            format_duration(std::time::Duration::from_micros(executed.duration_us)),
+            executed.fuel_consumed.unwrap_or(0),
+            if executed.stdout_truncated { ", stdout truncated" } else { "" },
+            if executed.stderr_truncated { ", stderr truncated" } else { "" },
+        ),
+        Event::FileWritten(file) => format!(
+            "{} {} ({}, blake3 {})",
+            match file.by {
+                sandlog_runtime::core::WrittenBy::Adoption => "found",
+                sandlog_runtime::core::WrittenBy::Host => "host wrote",
+                sandlog_runtime::core::WrittenBy::Guest => "guest wrote",
+            },
+            file.path,
+            format_size(file.size),
+            short_hash(&file.blake3.to_hex())
+        )
+        .to_lowercase_first(),
+        Event::FileDeleted(file) => format!("{:?} deleted {}", file.by, file.path).to_lowercase_first(),
+        Event::SessionPruneRequested(intent) => format!(
+            "prune requested (idle {}, threshold {}, {})",
+            format_duration(std::time::Duration::from_micros(intent.age_us)),
+            format_duration(std::time::Duration::from_micros(intent.threshold_us)),
+            format_size(intent.size_bytes)
+        ),
+        Event::SessionPruned(pruned) => format!("pruned, {} reclaimed", format_size(pruned.reclaimed_bytes)),
+        Event::SessionPruneFailed(failed) => format!("prune failed: {}", failed.error),
+        Event::SessionDeleteRequested(intent) => format!("delete requested: {}", intent.reason),
+        Event::SessionDeleted(deleted) => format!("deleted, {} reclaimed", format_size(deleted.reclaimed_bytes)),
+        Event::WorkspaceOrphanQuarantined(orphan) => {
+            format!("orphan {} ({}) moved to {}", orphan.dir_name, format_size(orphan.bytes), orphan.moved_to)
+        }
+        Event::WorkspaceOrphanPurged(orphan) => format!("orphan {} ({}) purged", orphan.dir_name, format_size(orphan.bytes)),
+        Event::WorkspaceDriftDetected(detected) => {
+            let items: Vec<String> = detected.drift.iter().map(describe_drift).collect();
+            format!("drift: {}", items.join("; "))
+        }
+        Event::PruneRunStarted(run) => format!("prune run started ({} candidates)", run.candidates),
+        Event::PruneRunCompleted(run) => format!(
+            "prune run completed: {} deleted, {} skipped, {} errors, {} reclaimed",
+            run.deleted,
+            run.skipped,
+            run.errors,
+            format_size(run.reclaimed_bytes)
+        ),
+        Event::ReconcileRunCompleted(run) => format!(
+            "reconcile: {} intents finished, {} orphans, {} drift, {} errors",
+            run.intents_finished, run.orphans, run.drift, run.errors
+        ),
+        _ => envelope.kind.clone(),
+    }
+}
+
+fn describe_drift(drift: &Drift) -> String {
+    match drift {
+        Drift::MissingDirectory => "workspace directory missing".to_owned(),
+        Drift::FileMissing { path, .. } => format!("{path} missing"),
+        Drift::FileChanged { path, .. } => format!("{path} changed"),
+        Drift::FileUnexpected { path, .. } => format!("{path} not in the log"),
+    }
+}
+
+/// The first 12 hex digits.
+pub fn short_hash(hex: &str) -> &str {
+    hex.get(..12).unwrap_or(hex)
+}
+
+trait LowercaseFirst {
+    fn to_lowercase_first(self) -> String;
+}
+
+impl LowercaseFirst for String {
+    fn to_lowercase_first(self) -> String {
+        let mut chars = self.chars();
+        match chars.next() {
+            Some(first) => first.to_lowercase().chain(chars).collect(),
+            None => self,
+        }
+    }
+}

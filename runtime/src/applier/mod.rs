@@ -1,0 +1,276 @@
+//! The filesystem applier: reconciles the disk to the projected state (C1).
+//!
+//! `reconcile` = observe the disk, [`plan`](plan::plan) against the
+//! projections (pure), then execute each action and record it as an event.
+//! It finishes pending intents, moves orphan UUID-named directories into
+//! `quarantine/` (or purges them on request: unknown data is evidence),
+//! leaves other entries alone (P5), records drift, and a second run plans
+//! nothing.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use sandlog_core::event::{Event, ReconcileRunCompleted, WorkspaceDriftDetected, WorkspaceOrphanPurged, WorkspaceOrphanQuarantined};
+use sandlog_core::{SessionId, StreamId};
+use sandlog_eventstore::{ExpectedVersion, LogFilter};
+use sandlog_projections::query;
+use serde::Serialize;
+use uuid::Uuid;
+
+use self::plan::{Action, Intent, Observed, ProjectedSession};
+use crate::engine::Engine;
+use crate::error::{Result, RuntimeError};
+use crate::lifecycle::Progress;
+use crate::workspace::{Workspace, dir_size, fsync_dir};
+
+/// How young a UUID-named directory with no session may be before it is
+/// judged an orphan. Creating a session makes its directory a moment before
+/// its event; a reconcile in another process in that moment must not
+/// quarantine it.
+pub const ORPHAN_GRACE_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How to reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileOptions {
+    /// Plan only.
+    pub dry_run: bool,
+    /// Delete orphans instead of quarantining them.
+    pub purge_orphans: bool,
+    /// Also hash every live workspace's files against the projection.
+    pub deep: bool,
+    /// See [`ORPHAN_GRACE_DEFAULT`].
+    pub orphan_grace: Duration,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions { dry_run: false, purge_orphans: false, deep: false, orphan_grace: ORPHAN_GRACE_DEFAULT }
+    }
+}
+
+/// What a reconcile run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    /// The planned actions.
+    pub actions: Vec<Action>,
+    /// Orphan directory names handled (or, dry, to handle).
+    pub orphans: Vec<String>,
+    /// Pending intents finished.
+    pub intents_finished: u64,
+    /// Drift recorded.
+    pub drift: Vec<Action>,
+    /// Entries left alone (not UUID-named).
+    pub ignored: Vec<String>,
+    /// Per-action errors (the run goes on).
+    pub errors: BTreeMap<String, String>,
+    /// Whether nothing was changed.
+    pub dry_run: bool,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+impl Engine {
+    /// Observes the disk.
+    fn observe(&self, projected: &BTreeMap<SessionId, ProjectedSession>, options: &ReconcileOptions) -> Result<Observed> {
+        let mut observed = Observed::default();
+        let entries = std::fs::read_dir(&self.layout.workspaces)
+            .map_err(RuntimeError::io(format!("reading {}", self.layout.workspaces.display())))?;
+        let now = SystemTime::now();
+        for entry in entries {
+            let entry = entry.map_err(RuntimeError::io(format!("reading {}", self.layout.workspaces.display())))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
+            let session_id = match SessionId::parse(&name) {
+                Ok(id) if is_dir => id,
+                _ => {
+                    observed.ignored.insert(name);
+                    continue;
+                }
+            };
+            let known = projected.get(&session_id).is_some_and(|session| session.status.has_workspace());
+            let young = !known
+                && entry
+                    .metadata()
+                    .and_then(|metadata| metadata.modified())
+                    .is_ok_and(|modified| now.duration_since(modified).unwrap_or_default() < options.orphan_grace);
+            if young {
+                observed.young_dirs.insert(session_id);
+            } else {
+                observed.session_dirs.insert(session_id);
+            }
+            if options.deep && known {
+                let workspace = Workspace::open(&entry.path())?;
+                let mut files = BTreeMap::new();
+                for path in workspace.scan()?.into_keys() {
+                    let hash = workspace.hash(&path)?;
+                    files.insert(path, hash);
+                }
+                observed.files.insert(session_id, files);
+            }
+        }
+        Ok(observed)
+    }
+
+    fn projected(&self, deep: bool) -> Result<BTreeMap<SessionId, ProjectedSession>> {
+        let mut projected = BTreeMap::new();
+        for session in query::sessions(&self.store, None)? {
+            let files = if deep && session.status.has_workspace() {
+                Some(
+                    query::files(&self.store, session.session_id, None)?
+                        .into_iter()
+                        .map(|file| (file.path, file.blake3))
+                        .collect(),
+                )
+            } else {
+                None
+            };
+            projected.insert(session.session_id, ProjectedSession { status: session.status, files, last_drift: Vec::new() });
+        }
+        Ok(projected)
+    }
+
+    /// The drift last recorded for a session.
+    fn last_drift(&self, session_id: SessionId) -> Result<Vec<sandlog_core::event::Drift>> {
+        let filter = LogFilter {
+            stream: Some(session_id.stream()),
+            kinds: vec!["workspace.drift.detected".to_owned()],
+            ..LogFilter::default()
+        };
+        let mut last = Vec::new();
+        for envelope in self.store.query(filter) {
+            if let Ok(Some(Event::WorkspaceDriftDetected(detected))) = envelope?.event() {
+                last = detected.drift;
+            }
+        }
+        Ok(last)
+    }
+
+    /// Plans what reconcile would do now.
+    pub fn reconcile_plan(&self, options: &ReconcileOptions) -> Result<(Vec<Action>, Observed)> {
+        let mut projected = self.projected(options.deep)?;
+        let observed = self.observe(&projected, options)?;
+        let mut actions = plan::plan(&projected, &observed);
+        // Drift is compared with the last recorded drift only where drift
+        // was found (reading a stream per session would cost the common
+        // nothing-to-do run its speed).
+        if actions.iter().any(|action| matches!(action, Action::RecordDrift { .. })) {
+            for action in &actions {
+                if let Action::RecordDrift { session_id, .. } = action
+                    && let Some(session) = projected.get_mut(session_id)
+                {
+                    session.last_drift = self.last_drift(*session_id)?;
+                }
+            }
+            actions = plan::plan(&projected, &observed);
+        }
+        Ok((actions, observed))
+    }
+
+    /// Reconciles the disk to the log (C1).
+    pub fn reconcile(&self, options: &ReconcileOptions, progress: Progress<'_>) -> Result<ReconcileReport> {
+        let started = Instant::now();
+        let (actions, observed) = self.reconcile_plan(options)?;
+        let mut report = ReconcileReport {
+            actions: actions.clone(),
+            orphans: Vec::new(),
+            intents_finished: 0,
+            drift: Vec::new(),
+            ignored: observed.ignored.iter().cloned().collect(),
+            errors: BTreeMap::new(),
+            dry_run: options.dry_run,
+            duration_ms: 0,
+        };
+        for action in &actions {
+            match action {
+                Action::Orphan { dir_name, .. } => report.orphans.push(dir_name.to_string()),
+                Action::RecordDrift { .. } => report.drift.push(action.clone()),
+                Action::FinishIntent { .. } => {}
+            }
+        }
+        if options.dry_run || actions.is_empty() {
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            return Ok(report);
+        }
+        let run_id = Uuid::new_v4();
+        let total = actions.len() as u64;
+        for (index, action) in actions.iter().enumerate() {
+            progress(index as u64, total);
+            if let Err(error) = self.execute_action(action, options, run_id, &mut report) {
+                let key = match action {
+                    Action::FinishIntent { session_id, .. } | Action::RecordDrift { session_id, .. } => session_id.to_string(),
+                    Action::Orphan { dir_name, .. } => dir_name.to_string(),
+                };
+                tracing::error!(target: "sandlog::applier", %key, %error, "reconcile action failed");
+                report.errors.insert(key, error.to_string());
+            }
+        }
+        progress(total, total);
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        let completed = Event::ReconcileRunCompleted(ReconcileRunCompleted {
+            run_id,
+            intents_finished: report.intents_finished,
+            orphans: report.orphans.len() as u64,
+            drift: report.drift.len() as u64,
+            errors: report.errors.len() as u64,
+            duration_us: started.elapsed().as_micros() as u64,
+        });
+        let mut event = self.event(&completed).correlated(Some(run_id));
+        event.actor = "applier".to_owned();
+        self.store.append(StreamId::System, ExpectedVersion::Any, &[event])?;
+        Ok(report)
+    }
+
+    fn execute_action(&self, action: &Action, options: &ReconcileOptions, run_id: Uuid, report: &mut ReconcileReport) -> Result<()> {
+        let applier_event = |event: &Event| {
+            let mut new = self.event(event).correlated(Some(run_id));
+            new.actor = "applier".to_owned();
+            new
+        };
+        match action {
+            Action::FinishIntent { session_id, intent } => {
+                let session = self.session(*session_id)?;
+                let status = match intent {
+                    Intent::Prune => sandlog_projections::SessionStatus::Pruning,
+                    Intent::Delete => sandlog_projections::SessionStatus::Deleting,
+                };
+                if session.status == status && self.finish_intent(*session_id, status, session.version)? {
+                    report.intents_finished += 1;
+                }
+            }
+            Action::Orphan { dir_name, .. } => {
+                let name = dir_name.to_string();
+                let source = self.layout.workspaces.join(&name);
+                let bytes = dir_size(&source).map_err(RuntimeError::io(format!("measuring {}", source.display())))?;
+                let event = if options.purge_orphans {
+                    std::fs::remove_dir_all(&source).map_err(RuntimeError::io(format!("purging {}", source.display())))?;
+                    Event::WorkspaceOrphanPurged(WorkspaceOrphanPurged { dir_name: name.clone(), bytes })
+                } else {
+                    std::fs::create_dir_all(&self.layout.quarantine)
+                        .map_err(RuntimeError::io(format!("creating {}", self.layout.quarantine.display())))?;
+                    let stamp = self.options.clock.now().unix_micros();
+                    let target_name = format!("{name}.{stamp}");
+                    let target = self.layout.quarantine.join(&target_name);
+                    std::fs::rename(&source, &target)
+                        .map_err(RuntimeError::io(format!("moving {} to {}", source.display(), target.display())))?;
+                    fsync_dir(&self.layout.quarantine).map_err(RuntimeError::io("syncing quarantine"))?;
+                    Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
+                        dir_name: name.clone(),
+                        bytes,
+                        moved_to: format!("{}/{target_name}", crate::engine::QUARANTINE_DIR),
+                    })
+                };
+                fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
+                self.store.append(StreamId::System, ExpectedVersion::Any, &[applier_event(&event)])?;
+                tracing::info!(target: "sandlog::applier", dir = %name, bytes, purged = options.purge_orphans, "orphan handled");
+            }
+            Action::RecordDrift { session_id, drift } => {
+                let event = Event::WorkspaceDriftDetected(WorkspaceDriftDetected { drift: drift.clone() });
+                self.store.append(session_id.stream(), ExpectedVersion::Any, &[applier_event(&event)])?;
+                tracing::warn!(target: "sandlog::applier", %session_id, items = drift.len(), "drift recorded");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,660 @@
+//! The [`Engine`]: opens a root, and turns commands into side effects and
+//! the events that record them.
+//!
+//! Every command handler follows one shape: check the rules against the
+//! projections, perform the side effect, append the events (the read models
+//! update in the same transaction). Handlers for one session serialise on
+//! that session's lock; different sessions run in parallel.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use sandlog_core::event::{Event, FileDeleted, FileWritten, RecordedLimits, SessionCreated, SessionExecuted, WrittenBy};
+use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
+use sandlog_core::{Clock, Hash, NewEvent, Outcome, SessionId, StreamId, SystemClock, WorkspacePath};
+use sandlog_eventstore::{Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions};
+use sandlog_projections::query::{self, FileView, SessionSummary};
+use sandlog_projections::{SessionState, SessionStatus};
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+use crate::sandbox::{self, ExecLimits, LoadedModule, ReadonlyMount, RunRequest, Sandbox};
+use crate::workspace::{Workspace, fsync_dir};
+
+/// The database file under the root.
+pub const DATABASE_FILE: &str = "sandlog.db";
+/// Session workspaces under the root.
+pub const WORKSPACES_DIR: &str = "workspaces";
+/// Precompiled modules under the root.
+pub const CACHE_DIR: &str = "cache";
+/// Orphan directories moved out of `workspaces/`.
+pub const QUARANTINE_DIR: &str = "quarantine";
+/// Evidence kept from adoption (corrupted metadata files).
+pub const EVIDENCE_DIR: &str = "evidence";
+/// Guest runtimes, when not given elsewhere.
+pub const RUNTIMES_DIR: &str = "runtimes";
+
+/// Longest code accepted for one execution, bytes. Code travels in the
+/// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.
+pub const CODE_BYTES_MAX: usize = 1024 * 1024;
+
+/// The environment variable naming the directory with `python.wasm` and
+/// `quickjs.wasm`.
+pub const RUNTIMES_DIR_ENV: &str = "SANDLOG_RUNTIMES_DIR";
+
+/// The environment variable naming a precompiled-module cache to use
+/// instead of `<root>/cache` (several roots on one machine can share one).
+pub const CACHE_DIR_ENV: &str = "SANDLOG_CACHE_DIR";
+
+/// The paths of a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The root.
+    pub root: PathBuf,
+    /// `sandlog.db`.
+    pub database: PathBuf,
+    /// `workspaces/`.
+    pub workspaces: PathBuf,
+    /// `cache/`.
+    pub cache: PathBuf,
+    /// `quarantine/`.
+    pub quarantine: PathBuf,
+    /// `evidence/`.
+    pub evidence: PathBuf,
+}
+
+impl Layout {
+    /// The layout under `root`.
+    pub fn new(root: &Path) -> Layout {
+        Layout {
+            root: root.to_owned(),
+            database: root.join(DATABASE_FILE),
+            workspaces: root.join(WORKSPACES_DIR),
+            cache: root.join(CACHE_DIR),
+            quarantine: root.join(QUARANTINE_DIR),
+            evidence: root.join(EVIDENCE_DIR),
+        }
+    }
+
+    /// A session's workspace directory.
+    pub fn workspace(&self, session_id: SessionId) -> PathBuf {
+        self.workspaces.join(session_id.to_string())
+    }
+}
+
+/// How to open an engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The clock (events' `recorded_at`, prune ages).
+    pub clock: Arc<dyn Clock>,
+    /// Who is acting: `cli:<user>`, `api:<name>`.
+    pub actor: String,
+    /// Commit durability.
+    pub durability: Durability,
+    /// Where `python.wasm` and `quickjs.wasm` are; default:
+    /// `$SANDLOG_RUNTIMES_DIR`, else `<root>/runtimes`.
+    pub runtimes_dir: Option<PathBuf>,
+    /// Read-only directories every guest sees (vendored packages, say).
+    pub readonly_mounts: Vec<ReadonlyMount>,
+    /// Default limits of executions.
+    pub limits: ExecLimits,
+    /// The guest environment (whitelisted by the embedder; empty default).
+    pub guest_env: Vec<(String, String)>,
+    /// Precompiled-module cache; default `$SANDLOG_CACHE_DIR`, else
+    /// `<root>/cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// Finish pending prune/delete intents on open (the applier's first
+    /// step). On by default.
+    pub finish_intents_on_open: bool,
+    /// Failure injection for destructive steps (tests, chaos drills).
+    pub fault: Option<crate::lifecycle::SharedFaultInjector>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            clock: Arc::new(SystemClock),
+            actor: "api:sandlog".to_owned(),
+            durability: Durability::Full,
+            runtimes_dir: None,
+            readonly_mounts: Vec::new(),
+            limits: ExecLimits::default(),
+            guest_env: Vec::new(),
+            cache_dir: None,
+            finish_intents_on_open: true,
+            fault: None,
+        }
+    }
+}
+
+/// Which guest to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// CPython 3.12 for WASI; the code is Python source.
+    Python,
+    /// QuickJS; the code is JavaScript source.
+    JavaScript,
+    /// Any WASI preview 1 command module; the code is its stdin.
+    Module(PathBuf),
+}
+
+impl Runtime {
+    /// Parses `python`, `javascript` (or `js`), or a path to a `.wasm` file.
+    pub fn parse(text: &str) -> Runtime {
+        match text {
+            "python" | "py" => Runtime::Python,
+            "javascript" | "js" => Runtime::JavaScript,
+            path => Runtime::Module(PathBuf::from(path)),
+        }
+    }
+
+    /// The name recorded in events.
+    pub fn name(&self) -> String {
+        match self {
+            Runtime::Python => "python".to_owned(),
+            Runtime::JavaScript => "javascript".to_owned(),
+            Runtime::Module(path) => path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned()),
+        }
+    }
+}
+
+/// One execution request.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Which guest.
+    pub runtime: Runtime,
+    /// The code (or, for a module, its stdin).
+    pub code: Vec<u8>,
+    /// Limits; `None` fields of [`LimitOverrides`] take the engine's.
+    pub limits: LimitOverrides,
+}
+
+impl ExecRequest {
+    /// Python code under the default limits.
+    pub fn python(code: impl Into<String>) -> ExecRequest {
+        ExecRequest { runtime: Runtime::Python, code: code.into().into_bytes(), limits: LimitOverrides::default() }
+    }
+}
+
+/// Per-call limit overrides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    /// Fuel.
+    pub fuel: Option<u64>,
+    /// Wall clock.
+    pub timeout: Option<Duration>,
+    /// Linear memory, bytes.
+    pub memory_bytes: Option<u64>,
+    /// stdout and stderr caps, bytes.
+    pub output_bytes: Option<usize>,
+    /// Workspace quota, bytes.
+    pub workspace_bytes: Option<u64>,
+}
+
+/// What an execution did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Execution {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The guest's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Captured stdout (lossy UTF-8 in JSON).
+    #[serde(serialize_with = "lossy")]
+    pub stdout: Vec<u8>,
+    /// Captured stderr.
+    #[serde(serialize_with = "lossy")]
+    pub stderr: Vec<u8>,
+    /// Whether stdout hit its cap.
+    pub stdout_truncated: bool,
+    /// Whether stderr hit its cap.
+    pub stderr_truncated: bool,
+    /// Fuel consumed.
+    pub fuel_consumed: u64,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// Files the guest wrote.
+    pub files_written: Vec<WorkspacePath>,
+    /// Files the guest deleted.
+    pub files_deleted: Vec<WorkspacePath>,
+    /// A trap or limit message.
+    pub message: Option<String>,
+    /// Position of the `session.executed` event.
+    pub position: u64,
+}
+
+fn lossy<S: serde::Serializer>(bytes: &[u8], serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_str(&String::from_utf8_lossy(bytes))
+}
+
+/// The engine over one root. `Send + Sync`.
+pub struct Engine {
+    pub(crate) layout: Layout,
+    pub(crate) store: EventStore,
+    pub(crate) options: EngineOptions,
+    sandbox: OnceLock<Sandbox>,
+    session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("root", &self.layout.root).finish_non_exhaustive()
+    }
+}
+
+fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(RuntimeError::io(format!("creating {}", path.display())))
+}
+
+impl Engine {
+    /// Creates a root (and its subdirectories) if needed; returns its
+    /// canonical path.
+    pub fn init(root: &Path) -> Result<PathBuf> {
+        create_dir(root)?;
+        let layout = Layout::new(root);
+        for directory in [&layout.workspaces, &layout.cache] {
+            create_dir(directory)?;
+        }
+        root.canonicalize().map_err(RuntimeError::io(format!("resolving {}", root.display())))
+    }
+
+    /// Opens the engine on an existing root: the log and read models (which
+    /// catch up if behind), and — unless disabled — finishes pending
+    /// prune/delete intents left by a crash.
+    pub fn open(root: &Path, options: EngineOptions) -> Result<Engine> {
+        if !root.is_dir() {
+            return Err(RuntimeError::RootMissing(root.to_owned()));
+        }
+        let layout = Layout::new(root);
+        for directory in [&layout.workspaces, &layout.cache] {
+            create_dir(directory)?;
+        }
+        let mut store = EventStore::open(
+            &layout.database,
+            OpenOptions::default().clock(options.clock.clone()).durability(options.durability),
+        )?;
+        let report = sandlog_projections::install(&mut store)?;
+        if report.events > 0 {
+            tracing::info!(events = report.events, rebuilt = report.rebuilt, "read models caught up with the log");
+        }
+        let engine = Engine {
+            layout,
+            store,
+            options,
+            sandbox: OnceLock::new(),
+            session_locks: Mutex::new(HashMap::new()),
+        };
+        if engine.options.finish_intents_on_open {
+            let finished = engine.finish_pending_intents()?;
+            if finished > 0 {
+                tracing::info!(finished, "finished pending intents left by an earlier run");
+            }
+        }
+        Ok(engine)
+    }
+
+    /// The root's paths.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The log.
+    pub fn store(&self) -> &EventStore {
+        &self.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.options.clock
+    }
+
+    /// The actor recorded on events.
+    pub fn actor(&self) -> &str {
+        &self.options.actor
+    }
+
+    /// The sandbox, created on first use (commands that run no guest never
+    /// pay for a wasmtime engine).
+    pub fn sandbox(&self) -> Result<&Sandbox> {
+        if let Some(sandbox) = self.sandbox.get() {
+            return Ok(sandbox);
+        }
+        let cache = self
+            .options
+            .cache_dir
+            .clone()
+            .or_else(|| std::env::var_os(CACHE_DIR_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| self.layout.cache.clone());
+        let sandbox = Sandbox::new(&cache)?;
+        Ok(self.sandbox.get_or_init(|| sandbox))
+    }
+
+    pub(crate) fn lock_session(&self, session_id: SessionId) -> Arc<Mutex<()>> {
+        let mut locks = self.session_locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        locks.entry(session_id).or_default().clone()
+    }
+
+    pub(crate) fn event(&self, event: &Event) -> NewEvent {
+        NewEvent::from_event(event, &self.options.actor)
+    }
+
+    /// A session (or [`RuntimeError::UnknownSession`]).
+    pub fn session(&self, session_id: SessionId) -> Result<SessionSummary> {
+        query::session(&self.store, session_id)?.ok_or(RuntimeError::UnknownSession(session_id))
+    }
+
+    /// Sessions, optionally of one status.
+    pub fn sessions(&self, status: Option<SessionStatus>) -> Result<Vec<SessionSummary>> {
+        Ok(query::sessions(&self.store, status)?)
+    }
+
+    fn active_session(&self, session_id: SessionId) -> Result<SessionState> {
+        let session = query::session_with_files(&self.store, session_id)?.ok_or(RuntimeError::UnknownSession(session_id))?;
+        if session.status != SessionStatus::Active {
+            return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+        }
+        Ok(session)
+    }
+
+    /// Creates a session (S1): a fresh UUIDv4, its workspace directory, and
+    /// `session.created`. The directory is made (and fsynced) first: a crash
+    /// before the event leaves an empty orphan directory that `reconcile`
+    /// quarantines, never an event without a directory.
+    pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
+        if labels.len() > LABELS_MAX {
+            return Err(RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+                kind: "session.created".into(),
+                schema: 1,
+                reason: format!("{} labels; the limit is {LABELS_MAX}", labels.len()),
+            }));
+        }
+        if let Some((key, _)) = labels.iter().find(|(k, v)| k.is_empty() || k.len() > LABEL_BYTES_MAX || v.len() > LABEL_BYTES_MAX) {
+            return Err(RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+                kind: "session.created".into(),
+                schema: 1,
+                reason: format!("label {key:?}: keys must be 1 to {LABEL_BYTES_MAX} bytes, values at most {LABEL_BYTES_MAX}"),
+            }));
+        }
+        let session_id = SessionId::new_v4();
+        let workspace = self.layout.workspace(session_id);
+        std::fs::create_dir(&workspace).map_err(RuntimeError::io(format!("creating {}", workspace.display())))?;
+        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!("syncing {}", self.layout.workspaces.display())))?;
+        let event = Event::SessionCreated(SessionCreated { session_id, labels });
+        if let Err(error) = self.store.append(session_id.stream(), ExpectedVersion::NoStream, &[self.event(&event)]) {
+            let _ = std::fs::remove_dir(&workspace);
+            return Err(error.into());
+        }
+        tracing::info!(target: "sandlog::lifecycle", event = "session.created", %session_id, "session created");
+        self.session(session_id)
+    }
+
+    /// Runs code in a session (X1, X2): the guest sees only the workspace
+    /// as `/app`; afterwards the workspace is compared with the files
+    /// projection and `session.executed` plus the guest's file changes are
+    /// appended in one batch, expecting the version read before the run (a
+    /// prune intent that landed meanwhile wins; see P7).
+    pub fn execute(&self, session_id: SessionId, request: &ExecRequest) -> Result<Execution> {
+        if request.code.len() > CODE_BYTES_MAX {
+            return Err(RuntimeError::CodeTooLarge { size: request.code.len(), max: CODE_BYTES_MAX });
+        }
+        let lock = self.lock_session(session_id);
+        let _guard: MutexGuard<'_, ()> = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let session = self.active_session(session_id)?;
+        let (module, args, stdin) = self.prepare(request)?;
+        let limits = self.limits(&request.limits);
+        let workspace_path = self.layout.workspace(session_id);
+        let workspace = Workspace::open(&workspace_path)?;
+        let before = workspace.scan()?;
+        let code_hash = self.store.put_blob(&request.code)?;
+
+        let mut run = RunRequest::new(&workspace_path);
+        run.args = args;
+        run.stdin = stdin;
+        run.env = self.options.guest_env.clone();
+        run.readonly_mounts = self.options.readonly_mounts.clone();
+        run.limits = limits.clone();
+        let report = self.sandbox()?.run(&module, run)?;
+
+        let after = workspace.scan()?;
+        let mut written = Vec::new();
+        let mut deleted = Vec::new();
+        for (path, scanned) in &after {
+            let known = session.files.get(path);
+            let untouched = before.get(path) == Some(scanned) && known.is_some_and(|file| file.size == scanned.size);
+            if untouched {
+                continue;
+            }
+            let blake3 = workspace.hash(path)?;
+            if known.is_some_and(|file| file.blake3 == blake3) {
+                continue;
+            }
+            written.push(FileWritten { path: path.clone(), size: scanned.size, blake3, by: WrittenBy::Guest });
+        }
+        for path in session.files.keys() {
+            if !after.contains_key(path) {
+                deleted.push(FileDeleted { path: path.clone(), by: WrittenBy::Guest });
+            }
+        }
+
+        let outcome = map_outcome(report.outcome);
+        let executed = SessionExecuted {
+            runtime: request.runtime.name(),
+            runtime_blake3: Hash(*module.blake3().as_bytes()),
+            code_blake3: code_hash,
+            code_bytes: request.code.len() as u64,
+            outcome,
+            exit_code: report.exit_code,
+            fuel_consumed: Some(report.fuel_consumed),
+            duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+            stdout_bytes: report.stdout.len() as u64,
+            stdout_blake3: Hash::of(&report.stdout),
+            stdout_truncated: report.stdout_truncated,
+            stderr_bytes: report.stderr.len() as u64,
+            stderr_blake3: Hash::of(&report.stderr),
+            stderr_truncated: report.stderr_truncated,
+            limits: RecordedLimits {
+                fuel: limits.fuel,
+                timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+                memory_bytes: limits.memory_bytes,
+                workspace_bytes: limits.workspace_bytes_max,
+            },
+        };
+        let executed_event = self.event(&Event::SessionExecuted(executed));
+        let cause = Some(executed_event.event_id.0);
+        let mut events = vec![executed_event];
+        events.extend(written.iter().map(|file| {
+            let mut event = self.event(&Event::FileWritten(file.clone()));
+            event.causation_id = cause;
+            event
+        }));
+        events.extend(deleted.iter().map(|file| {
+            let mut event = self.event(&Event::FileDeleted(file.clone()));
+            event.causation_id = cause;
+            event
+        }));
+        let envelopes = self.append_to_session(session_id, session.version, &events)?;
+        let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
+        Ok(Execution {
+            outcome,
+            exit_code: report.exit_code,
+            stdout: report.stdout,
+            stderr: report.stderr,
+            stdout_truncated: report.stdout_truncated,
+            stderr_truncated: report.stderr_truncated,
+            fuel_consumed: report.fuel_consumed,
+            duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+            files_written: written.into_iter().map(|file| file.path).collect(),
+            files_deleted: deleted.into_iter().map(|file| file.path).collect(),
+            message: report.trap_message,
+            position,
+        })
+    }
+
+    /// Appends to a session's stream expecting `version`. If another
+    /// process appended meanwhile but the session is still active, the
+    /// events still describe what happened and are appended at the new
+    /// version; if the session is no longer active (a prune or delete intent
+    /// won the race), fails with [`RuntimeError::SessionNotActive`].
+    fn append_to_session(
+        &self,
+        session_id: SessionId,
+        version: sandlog_core::StreamVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<sandlog_core::Envelope>> {
+        match self.store.append(session_id.stream(), ExpectedVersion::Exact(version), events) {
+            Ok(envelopes) => Ok(envelopes),
+            Err(EventStoreError::VersionConflict { actual: Some(actual), .. }) => {
+                let session = self.session(session_id)?;
+                if session.status != SessionStatus::Active {
+                    tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
+                    return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+                }
+                Ok(self.store.append(session_id.stream(), ExpectedVersion::Exact(actual), events)?)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn runtimes_dir(&self) -> PathBuf {
+        self.options
+            .runtimes_dir
+            .clone()
+            .or_else(|| std::env::var_os(RUNTIMES_DIR_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| self.layout.root.join(RUNTIMES_DIR))
+    }
+
+    fn prepare(&self, request: &ExecRequest) -> Result<(LoadedModule, Vec<String>, Vec<u8>)> {
+        let code_text = || {
+            String::from_utf8(request.code.clone()).map_err(|_| RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+                kind: "code".into(),
+                schema: 0,
+                reason: "code is not valid UTF-8".into(),
+            }))
+        };
+        let (path, args, stdin) = match &request.runtime {
+            Runtime::Python => (self.runtimes_dir().join("python.wasm"), sandbox::python_args(&code_text()?), Vec::new()),
+            Runtime::JavaScript => (self.runtimes_dir().join("quickjs.wasm"), sandbox::javascript_args(&code_text()?), Vec::new()),
+            Runtime::Module(path) => (path.clone(), Vec::new(), request.code.clone()),
+        };
+        if !path.is_file() {
+            return Err(RuntimeError::RuntimeMissing { name: request.runtime.name(), path });
+        }
+        let module = self.sandbox()?.load(&path)?;
+        Ok((module, args, stdin))
+    }
+
+    fn limits(&self, overrides: &LimitOverrides) -> ExecLimits {
+        let mut limits = self.options.limits.clone();
+        if let Some(fuel) = overrides.fuel {
+            limits.fuel = Some(fuel);
+        }
+        if let Some(timeout) = overrides.timeout {
+            limits.timeout = timeout;
+        }
+        if let Some(memory) = overrides.memory_bytes {
+            limits.memory_bytes = memory;
+        }
+        if let Some(output) = overrides.output_bytes {
+            limits.stdout_bytes_max = output;
+            limits.stderr_bytes_max = output;
+        }
+        if let Some(workspace) = overrides.workspace_bytes {
+            limits.workspace_bytes_max = workspace;
+        }
+        limits
+    }
+
+    /// A session's files (from the projection), optionally matching a glob.
+    pub fn list_files(&self, session_id: SessionId, pattern: Option<&str>) -> Result<Vec<FileView>> {
+        self.session(session_id)?;
+        Ok(query::files(&self.store, session_id, pattern)?)
+    }
+
+    /// Reads a file from a session's workspace (S4, S5).
+    pub fn read_file(&self, session_id: SessionId, path: &WorkspacePath) -> Result<Vec<u8>> {
+        let session = self.session(session_id)?;
+        if !session.status.has_workspace() {
+            return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+        }
+        let workspace = Workspace::open(&self.layout.workspace(session_id))?;
+        match workspace.is_dir(path)? {
+            None => Err(RuntimeError::FileNotFound { session_id, path: path.to_string() }),
+            Some(true) => Err(RuntimeError::IsDirectory { path: path.to_string() }),
+            Some(false) => workspace.read(path),
+        }
+    }
+
+    /// Writes a file into a session's workspace (S4, S5): refused if it
+    /// exists and `overwrite` is false, or if the workspace would go over
+    /// its quota. The contents are stored as a blob and `file.written`
+    /// (by host) is appended; `updated_at` moves (M2).
+    pub fn write_file(&self, session_id: SessionId, path: &WorkspacePath, bytes: &[u8], overwrite: bool) -> Result<FileView> {
+        let lock = self.lock_session(session_id);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let session = self.active_session(session_id)?;
+        let workspace = Workspace::open(&self.layout.workspace(session_id))?;
+        match workspace.is_dir(path)? {
+            Some(true) => return Err(RuntimeError::IsDirectory { path: path.to_string() }),
+            Some(false) if !overwrite => return Err(RuntimeError::FileExists { session_id, path: path.to_string() }),
+            _ => {}
+        }
+        let previous = session.files.get(path).map_or(0, |file| file.size);
+        let would_be = session.bytes.saturating_sub(previous).saturating_add(bytes.len() as u64);
+        let quota = self.options.limits.workspace_bytes_max;
+        if would_be > quota {
+            return Err(RuntimeError::QuotaExceeded { session_id, path: path.to_string(), would_be, quota });
+        }
+        let blake3 = self.store.put_blob(bytes)?;
+        workspace.write(path, bytes)?;
+        let file = FileWritten { path: path.clone(), size: bytes.len() as u64, blake3, by: WrittenBy::Host };
+        self.append_to_session(session_id, session.version, &[self.event(&Event::FileWritten(file))])?;
+        tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size = bytes.len(), "file written");
+        Ok(FileView { path: path.clone(), size: bytes.len() as u64, blake3, updated_at: self.options.clock.now() })
+    }
+
+    /// Deletes a file, or a directory with `recursive` (S4). Appends one
+    /// `file.deleted` (by host) per file the projection knew under `path`.
+    pub fn delete_file(&self, session_id: SessionId, path: &WorkspacePath, recursive: bool) -> Result<Vec<WorkspacePath>> {
+        let lock = self.lock_session(session_id);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let session = self.active_session(session_id)?;
+        let workspace = Workspace::open(&self.layout.workspace(session_id))?;
+        if workspace.is_dir(path)?.is_none() && !session.files.contains_key(path) {
+            return Err(RuntimeError::FileNotFound { session_id, path: path.to_string() });
+        }
+        workspace.remove(path, recursive)?;
+        let removed: Vec<WorkspacePath> = session.files.keys().filter(|known| known.starts_with(path)).cloned().collect();
+        let events: Vec<NewEvent> = if removed.is_empty() {
+            vec![self.event(&Event::FileDeleted(FileDeleted { path: path.clone(), by: WrittenBy::Host }))]
+        } else {
+            removed
+                .iter()
+                .map(|file| self.event(&Event::FileDeleted(FileDeleted { path: file.clone(), by: WrittenBy::Host })))
+                .collect()
+        };
+        self.append_to_session(session_id, session.version, &events)?;
+        tracing::info!(target: "sandlog::lifecycle", event = "file.deleted", %session_id, %path, files = removed.len(), "deleted");
+        Ok(if removed.is_empty() { vec![path.clone()] } else { removed })
+    }
+
+    /// The stream of a session, for callers that want raw envelopes.
+    pub fn session_events(&self, session_id: SessionId) -> Result<Vec<sandlog_core::Envelope>> {
+        self.session(session_id)?;
+        Ok(self.store.read_stream(StreamId::Session(session_id))?)
+    }
+}
+
+/// The sandbox's outcome as the log records it.
+pub fn map_outcome(outcome: sandbox::Outcome) -> Outcome {
+    match outcome {
+        sandbox::Outcome::Ok => Outcome::Ok,
+        sandbox::Outcome::Error => Outcome::Error,
+        sandbox::Outcome::OutOfFuel => Outcome::OutOfFuel,
+        sandbox::Outcome::Timeout => Outcome::Timeout,
+        sandbox::Outcome::Memory => Outcome::Memory,
+        sandbox::Outcome::Quota => Outcome::Quota,
+        sandbox::Outcome::Trap => Outcome::Trap,
+    }
+}

@@ -1,0 +1,164 @@
+//! The one error enum of `sandlog-runtime`.
+
+use std::path::PathBuf;
+
+use sandlog_core::{CoreError, SessionId};
+use sandlog_eventstore::EventStoreError;
+use sandlog_projections::{ProjectionError, SessionStatus};
+
+use crate::sandbox::SandboxError;
+
+/// Errors of the engine. Each variant says how to handle it; `kind()` gives
+/// the CLI's stable name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The root directory does not exist. Create it (`sandlog init`) or
+    /// point at the right one.
+    #[error("root {0} does not exist (create it with `sandlog init`)")]
+    RootMissing(PathBuf),
+    /// No session with this id.
+    #[error("no session {0}")]
+    UnknownSession(SessionId),
+    /// The session exists but is not active (being pruned, pruned,
+    /// deleted): nothing can run or be written in it.
+    #[error("session {session_id} is {}; only active sessions can be used", status.as_str())]
+    SessionNotActive {
+        /// The session.
+        session_id: SessionId,
+        /// Its status.
+        status: SessionStatus,
+    },
+    /// An input was invalid (path, id, duration). Nothing was touched.
+    #[error(transparent)]
+    Invalid(#[from] CoreError),
+    /// A file the host asked for is not in the workspace.
+    #[error("{path}: no such file in session {session_id}")]
+    FileNotFound {
+        /// The session.
+        session_id: SessionId,
+        /// The path.
+        path: String,
+    },
+    /// A write without `overwrite` found the file there.
+    #[error("{path} already exists in session {session_id} (pass overwrite to replace it)")]
+    FileExists {
+        /// The session.
+        session_id: SessionId,
+        /// The path.
+        path: String,
+    },
+    /// A delete of a directory without `recursive`.
+    #[error("{path} is a directory; delete it with recursive")]
+    IsDirectory {
+        /// The path.
+        path: String,
+    },
+    /// The path resolves outside the workspace (a symlink pointing out).
+    /// Nothing was touched.
+    #[error("{path}: refused: the path resolves outside the workspace (through a symlink)")]
+    EscapesWorkspace {
+        /// The path.
+        path: String,
+    },
+    /// A host write would take the workspace past its quota.
+    #[error("writing {path} would take session {session_id} to {would_be} bytes, over its quota of {quota} bytes")]
+    QuotaExceeded {
+        /// The session.
+        session_id: SessionId,
+        /// The path.
+        path: String,
+        /// The size it would reach.
+        would_be: u64,
+        /// The quota.
+        quota: u64,
+    },
+    /// A guest runtime module is not installed.
+    #[error("runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)")]
+    RuntimeMissing {
+        /// The runtime's name.
+        name: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The code is larger than the limit.
+    #[error("code is {size} bytes; the limit is {max}")]
+    CodeTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The session changed while an operation ran (another process wrote
+    /// to it). Retry.
+    #[error("session {0} changed concurrently; retry")]
+    Conflict(SessionId),
+    /// The sandbox failed to set up or compile (not a guest failure: those
+    /// are outcomes).
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The log failed.
+    #[error(transparent)]
+    Store(#[from] EventStoreError),
+    /// A projection query failed.
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+    /// A filesystem operation failed (permission denied, disk full, …).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RuntimeError {
+    /// A stable, machine-readable name for the CLI's `{"error":{"kind"}}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RootMissing(_) => "root_missing",
+            Self::UnknownSession(_) => "not_found",
+            Self::SessionNotActive { .. } => "session_not_active",
+            Self::Invalid(error) => error.kind(),
+            Self::FileNotFound { .. } => "not_found",
+            Self::FileExists { .. } => "file_exists",
+            Self::IsDirectory { .. } => "is_directory",
+            Self::EscapesWorkspace { .. } => "path_escapes",
+            Self::QuotaExceeded { .. } => "quota",
+            Self::RuntimeMissing { .. } => "runtime_missing",
+            Self::CodeTooLarge { .. } => "too_large",
+            Self::Conflict(_) => "conflict",
+            Self::Sandbox(error) => error.kind(),
+            Self::Store(error) => error.kind(),
+            Self::Projection(ProjectionError::UnknownSession(_)) => "not_found",
+            Self::Projection(error) => error.kind(),
+            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => "disk_full",
+            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => "permission_denied",
+            Self::Io { .. } => "io",
+        }
+    }
+
+    /// Whether this is "not found" (CLI exit code 3).
+    pub fn is_not_found(&self) -> bool {
+        self.kind() == "not_found"
+    }
+
+    /// Whether this is an integrity failure (CLI exit code 4).
+    pub fn is_integrity(&self) -> bool {
+        match self {
+            Self::Store(error) => error.is_integrity(),
+            Self::Projection(ProjectionError::Store(error)) => error.is_integrity(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+        let context = context.into();
+        move |source| RuntimeError::Io { context, source }
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -1,0 +1,342 @@
+//! Destroying data, two-phase: prune by policy, delete a session, and
+//! finishing intents a crash left pending.
+//!
+//! Every deletion is an intent (`session.prune.requested`,
+//! `session.delete.requested`) appended with the session's stream version as
+//! the expected version, then the removal, then a completion event. An
+//! execution or write that landed after the candidate was read makes the
+//! intent's append fail, so the session is kept (P7). A crash between
+//! intent and completion is finished by [`Engine::finish_pending_intents`],
+//! which `Engine::open` runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sandlog_core::event::{
+    Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted, SessionPruneFailed,
+    SessionPruneRequested, SessionPruned,
+};
+use sandlog_core::human::format_size;
+use sandlog_core::{PrunePolicy, SessionId, StreamId, StreamVersion};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter};
+use sandlog_projections::SessionStatus;
+use sandlog_projections::prune::PruneCandidate;
+use sandlog_projections::query;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::engine::Engine;
+use crate::error::{Result, RuntimeError};
+use crate::workspace::{dir_size, fsync_dir};
+
+/// Injects failures into destructive steps: for tests and chaos drills
+/// (the seed scenario "permission denied on one session" cannot be staged
+/// with `chmod` when the tests run as root).
+pub trait FaultInjector: Send + Sync + std::fmt::Debug {
+    /// Called just before a workspace directory is removed; an error is
+    /// treated as the removal's own error.
+    fn before_remove(&self, session_id: SessionId, path: &Path) -> std::io::Result<()>;
+}
+
+/// Why a session was not pruned although it was selected or considered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The session.
+    pub session_id: SessionId,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a prune run did (P3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PruneReport {
+    /// Sessions deleted (or, in a dry run, that would be).
+    pub deleted_sessions: Vec<SessionId>,
+    /// Sessions skipped: legacy ones, and ones used during the run.
+    pub skipped_sessions: Vec<SessionId>,
+    /// Why each was skipped.
+    pub skipped_reasons: BTreeMap<SessionId, String>,
+    /// Bytes reclaimed: the workspaces' sizes measured just before deletion
+    /// (in a dry run, their projected sizes).
+    pub reclaimed_bytes: u64,
+    /// Per-session errors; the run went on past each (P4).
+    pub errors: BTreeMap<SessionId, String>,
+    /// Whether nothing was changed.
+    pub dry_run: bool,
+    /// The candidates, with age and size.
+    pub candidates: Vec<PruneCandidate>,
+    /// The run's id (nil for a dry run).
+    pub run_id: Uuid,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+impl PruneReport {
+    /// `3 deleted, 1 skipped, 1.5 MB reclaimed (dry run)`.
+    pub fn summary(&self) -> String {
+        let mut text = format!(
+            "{} deleted, {} skipped, {} reclaimed",
+            self.deleted_sessions.len(),
+            self.skipped_sessions.len(),
+            format_size(self.reclaimed_bytes)
+        );
+        if !self.errors.is_empty() {
+            text.push_str(&format!(", {} failed", self.errors.len()));
+        }
+        if self.dry_run {
+            text.push_str(" (dry run)");
+        }
+        text
+    }
+}
+
+/// What deleting a session did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeleteReport {
+    /// The session.
+    pub session_id: SessionId,
+    /// Bytes measured just before deletion.
+    pub reclaimed_bytes: u64,
+}
+
+/// Progress of a long operation, for progress bars.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+impl Engine {
+    /// Removes a session's workspace directory and fsyncs its parent;
+    /// returns the bytes it held.
+    pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
+        let path = self.layout.workspace(session_id);
+        let bytes = dir_size(&path).map_err(RuntimeError::io(format!("measuring {}", path.display())))?;
+        if let Some(fault) = &self.options.fault {
+            fault.before_remove(session_id, &path).map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(RuntimeError::Io { context: format!("removing {}", path.display()), source: error }),
+        }
+        fsync_dir(&self.layout.workspaces)
+            .map_err(RuntimeError::io(format!("syncing {}", self.layout.workspaces.display())))?;
+        Ok(bytes)
+    }
+
+    /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
+    /// nothing, and lists exactly the sessions a real run would delete now.
+    pub fn prune(&self, policy: &PrunePolicy, dry_run: bool, progress: Progress<'_>) -> Result<PruneReport> {
+        let started = Instant::now();
+        let now = self.options.clock.now();
+        let plan = query::prune_candidates(&self.store, policy, now)?;
+        let run_id = if dry_run { Uuid::nil() } else { Uuid::new_v4() };
+        let mut report = PruneReport {
+            deleted_sessions: Vec::new(),
+            skipped_sessions: Vec::new(),
+            skipped_reasons: BTreeMap::new(),
+            reclaimed_bytes: 0,
+            errors: BTreeMap::new(),
+            dry_run,
+            candidates: plan.candidates.clone(),
+            run_id,
+            duration_ms: 0,
+        };
+        tracing::info!(target: "sandlog::prune", event = "session.prune.started", %run_id, candidates = plan.candidates.len(), dry_run, "prune started");
+        for skipped in &plan.skipped {
+            tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", session_id = %skipped.session_id, reason = %skipped.reason, "skipped");
+            report.skipped_sessions.push(skipped.session_id);
+            report.skipped_reasons.insert(skipped.session_id, skipped.reason.clone());
+        }
+        if dry_run {
+            for candidate in &plan.candidates {
+                tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate (dry run)");
+                report.deleted_sessions.push(candidate.session_id);
+                report.reclaimed_bytes += candidate.bytes;
+            }
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
+            return Ok(report);
+        }
+        let correlation = Some(run_id);
+        let started_event = Event::PruneRunStarted(PruneRunStarted {
+            run_id,
+            policy: policy.clone(),
+            candidates: plan.candidates.len() as u64,
+        });
+        self.store.append(StreamId::System, ExpectedVersion::Any, &[self.event(&started_event).correlated(correlation)])?;
+        let total = plan.candidates.len() as u64;
+        for (index, candidate) in plan.candidates.iter().enumerate() {
+            progress(index as u64, total);
+            self.prune_one(candidate, policy, run_id, &mut report);
+        }
+        progress(total, total);
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        let completed = Event::PruneRunCompleted(PruneRunCompleted {
+            run_id,
+            deleted: report.deleted_sessions.len() as u64,
+            skipped: report.skipped_sessions.len() as u64,
+            errors: report.errors.len() as u64,
+            reclaimed_bytes: report.reclaimed_bytes,
+            duration_us: started.elapsed().as_micros() as u64,
+        });
+        self.store.append(StreamId::System, ExpectedVersion::Any, &[self.event(&completed).correlated(correlation)])?;
+        tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
+        Ok(report)
+    }
+
+    fn prune_one(&self, candidate: &PruneCandidate, policy: &PrunePolicy, run_id: Uuid, report: &mut PruneReport) {
+        let session_id = candidate.session_id;
+        let lock = self.lock_session(session_id);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", %session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
+        let intent = Event::SessionPruneRequested(SessionPruneRequested {
+            run_id,
+            age_us: candidate.age_us,
+            threshold_us: u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX),
+            size_bytes: candidate.bytes,
+        });
+        let intent_version = candidate.version.next();
+        match self.store.append(
+            session_id.stream(),
+            ExpectedVersion::Exact(candidate.version),
+            &[self.event(&intent).correlated(Some(run_id))],
+        ) {
+            Ok(_) => {}
+            Err(EventStoreError::VersionConflict { .. }) => {
+                let reason = "used during the prune run (its log moved past the candidate's version): kept".to_owned();
+                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
+                report.skipped_sessions.push(session_id);
+                report.skipped_reasons.insert(session_id, reason);
+                return;
+            }
+            Err(error) => {
+                tracing::error!(target: "sandlog::prune", %session_id, %error, "prune intent failed");
+                report.errors.insert(session_id, error.to_string());
+                return;
+            }
+        }
+        match self.remove_workspace(session_id) {
+            Ok(bytes) => {
+                let done = Event::SessionPruned(SessionPruned { run_id: Some(run_id), reclaimed_bytes: bytes });
+                match self.store.append(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(intent_version),
+                    &[self.event(&done).correlated(Some(run_id))],
+                ) {
+                    Ok(_) => {
+                        tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
+                        report.deleted_sessions.push(session_id);
+                        report.reclaimed_bytes += bytes;
+                    }
+                    Err(error) => {
+                        report.errors.insert(session_id, format!("deleted, but recording it failed: {error}"));
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
+                let failed = Event::SessionPruneFailed(SessionPruneFailed { run_id: Some(run_id), error: error.to_string() });
+                if let Err(append_error) = self.store.append(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(intent_version),
+                    &[self.event(&failed).correlated(Some(run_id))],
+                ) {
+                    tracing::error!(%session_id, %append_error, "recording the prune failure failed; the applier will retry the intent");
+                }
+                report.errors.insert(session_id, error.to_string());
+            }
+        }
+    }
+
+    /// Deletes a session (S6): intent, removal, completion.
+    pub fn delete_session(&self, session_id: SessionId, reason: &str) -> Result<DeleteReport> {
+        let lock = self.lock_session(session_id);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let session = self.session(session_id)?;
+        let version = match session.status {
+            SessionStatus::Active => {
+                let intent = Event::SessionDeleteRequested(SessionDeleteRequested { reason: reason.to_owned() });
+                self.store
+                    .append(session_id.stream(), ExpectedVersion::Exact(session.version), &[self.event(&intent)])
+                    .map_err(|error| match error {
+                        EventStoreError::VersionConflict { .. } => RuntimeError::Conflict(session_id),
+                        other => other.into(),
+                    })?;
+                session.version.next()
+            }
+            SessionStatus::Deleting => session.version,
+            status => return Err(RuntimeError::SessionNotActive { session_id, status }),
+        };
+        let bytes = self.remove_workspace(session_id)?;
+        let done = Event::SessionDeleted(SessionDeleted { reason: reason.to_owned(), reclaimed_bytes: bytes });
+        self.store.append(session_id.stream(), ExpectedVersion::Exact(version), &[self.event(&done)])?;
+        tracing::info!(target: "sandlog::lifecycle", event = "session.deleted", %session_id, bytes, "session deleted");
+        Ok(DeleteReport { session_id, reclaimed_bytes: bytes })
+    }
+
+    /// Finishes every pending prune or delete intent (C1, C2): removes the
+    /// directory and appends the completion as the applier. Returns how
+    /// many it finished. Safe to run from several processes: a completion
+    /// expects the intent's version, so only one lands.
+    pub fn finish_pending_intents(&self) -> Result<u64> {
+        let mut finished = 0;
+        for status in [SessionStatus::Pruning, SessionStatus::Deleting] {
+            for session in query::sessions(&self.store, Some(status))? {
+                if self.finish_intent(session.session_id, status, session.version)? {
+                    finished += 1;
+                }
+            }
+        }
+        Ok(finished)
+    }
+
+    pub(crate) fn finish_intent(&self, session_id: SessionId, status: SessionStatus, version: StreamVersion) -> Result<bool> {
+        let lock = self.lock_session(session_id);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let applier = |event: &Event| {
+            let mut new = self.event(event);
+            new.actor = "applier".to_owned();
+            new
+        };
+        let event = match status {
+            SessionStatus::Pruning => {
+                let run_id = self.pending_run_id(session_id)?;
+                match self.remove_workspace(session_id) {
+                    Ok(bytes) => Event::SessionPruned(SessionPruned { run_id, reclaimed_bytes: bytes }),
+                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed { run_id, error: error.to_string() }),
+                }
+            }
+            SessionStatus::Deleting => {
+                let bytes = self.remove_workspace(session_id)?;
+                Event::SessionDeleted(SessionDeleted { reason: "finished by the applier".to_owned(), reclaimed_bytes: bytes })
+            }
+            _ => return Ok(false),
+        };
+        match self.store.append(session_id.stream(), ExpectedVersion::Exact(version), &[applier(&event)]) {
+            Ok(_) => {
+                tracing::info!(target: "sandlog::applier", %session_id, kind = event.kind(), "finished a pending intent");
+                Ok(true)
+            }
+            Err(EventStoreError::VersionConflict { .. }) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn pending_run_id(&self, session_id: SessionId) -> Result<Option<Uuid>> {
+        let filter = LogFilter {
+            stream: Some(session_id.stream()),
+            kinds: vec!["session.prune.requested".to_owned()],
+            ..LogFilter::default()
+        };
+        let mut run_id = None;
+        for envelope in self.store.query(filter) {
+            if let Ok(Some(Event::SessionPruneRequested(intent))) = envelope?.event() {
+                run_id = Some(intent.run_id);
+            }
+        }
+        Ok(run_id)
+    }
+}
+
+/// Shares a fault injector.
+pub type SharedFaultInjector = Arc<dyn FaultInjector>;

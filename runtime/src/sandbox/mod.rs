@@ -1,0 +1,457 @@
+//! The wasmtime/WASI sandbox: runs one WASI preview 1 command module in one
+//! workspace, under hard limits, and reports how it ended.
+//!
+//! Owns: the wasmtime engine and its configuration, the precompiled-module
+//! cache, the guest's capabilities, and limit enforcement.
+//! Never does: touch the event log, decide what a session is, or interpret
+//! the workspace's contents (the Engine compares workspaces and records
+//! events; this module only runs code and measures the quota).
+//!
+//! # Use
+//!
+//! ```no_run
+//! use sandlog_runtime::sandbox::{Outcome, RunRequest, Sandbox};
+//! # fn main() -> Result<(), sandlog_runtime::sandbox::SandboxError> {
+//! let sandbox = Sandbox::new("/var/lib/sandlog/cache".as_ref())?;
+//! let python = sandbox.load(".runtimes/python.wasm".as_ref())?;
+//! let mut request = RunRequest::new("/var/lib/sandlog/workspaces/s1".as_ref());
+//! request.args = sandlog_runtime::sandbox::python_args("print(1)");
+//! let report = sandbox.run(&python, request)?;
+//! assert_eq!(report.outcome, Outcome::Ok);
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! * `mod.rs`: [`Sandbox`] (engine, linker, caches, ticker) and
+//!   [`LoadedModule`].
+//! * `limits.rs`: every limit constant, [`ExecLimits`], the memory limiter.
+//! * `run.rs`: one run and the [`Outcome`] classification.
+//! * `wasi.rs`: the guest's WASI context (`/app`, mounts, stdio, env).
+//! * `output.rs`: capped stdout/stderr capture.
+//! * `poll.rs`: the sleep guard that keeps `poll_oneoff` within the timeout.
+//! * `quota.rs`: workspace size measurement.
+//! * `cache.rs`: verified precompiled artifacts on disk.
+//! * `ticker.rs`: the epoch ticker thread.
+//! * `runtimes.rs`: argument conventions of the built-in runtimes.
+//!
+//! # Invariants
+//!
+//! * The guest sees `/app` (its workspace, read-write), the request's
+//!   read-only mounts, and nothing else of the host: no env it was not given,
+//!   no host stdio, no sockets.
+//! * Every limit hit is an [`Outcome`] in an `Ok(RunReport)`; `Err` means the
+//!   request or the host is wrong, never that the guest misbehaved.
+//! * A precompiled artifact is deserialised only after its blake3 matched
+//!   the checksum we wrote beside it.
+
+mod cache;
+mod error;
+pub mod limits;
+mod output;
+mod poll;
+mod quota;
+mod run;
+mod runtimes;
+mod ticker;
+mod wasi;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use wasmtime::{
+    Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker, Module, OptLevel,
+    PoolingAllocationConfig,
+};
+
+pub use self::cache::ModuleOrigin;
+pub use self::error::{BoxedError, SandboxError};
+pub use self::limits::ExecLimits;
+pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
+pub use self::runtimes::{javascript_args, python_args};
+pub use self::wasi::WORKSPACE_GUEST_PATH;
+
+use self::cache::{ArtifactDir, LoadFailure};
+use self::error::boxed;
+use self::limits::{CONCURRENT_RUNS_MAX, INSTANCES_PER_RUN, MEMORY_BYTES_MAX, TABLE_ELEMENTS_MAX};
+use self::poll::{INNER_MODULE, POLL_ONEOFF, WASI_MODULE};
+use self::run::Host;
+use self::ticker::EpochTicker;
+
+/// Runs WASI command modules under limits. Cheap to clone (all clones share
+/// one engine, cache and ticker); `Send + Sync`, so runs in different
+/// workspaces may proceed from many threads at once.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<SandboxInner>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Sandbox")
+            .field("artifact_dir", &self.inner.artifacts.path())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What all clones of a `Sandbox` share.
+pub(crate) struct SandboxInner {
+    /// Configured once: fuel, epochs, pooling. Every module and store
+    /// belongs to it.
+    pub(crate) engine: Engine,
+    /// WASI preview 1 plus the sleep guard; modules are pre-linked against
+    /// it once, at load.
+    pub(crate) linker: Linker<Host>,
+    /// The sleep guard's trampoline (see `poll.rs`), compiled once.
+    pub(crate) trampoline: Module,
+    artifacts: ArtifactDir,
+    /// Which content a module file had when last seen, so a repeated `load`
+    /// of an unchanged file needs neither a read nor a hash.
+    hashes_by_file: Mutex<HashMap<PathBuf, (FileStamp, blake3::Hash)>>,
+    /// Loaded modules by content. Each slot has its own lock so two threads
+    /// loading the same module compile it once, while different modules
+    /// load in parallel.
+    modules: Mutex<HashMap<blake3::Hash, Arc<Mutex<Option<LoadedModule>>>>>,
+    /// Advances the epoch; dropped (and joined) with the last clone.
+    _ticker: EpochTicker,
+}
+
+/// Enough of a file's metadata to notice it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+    device: u64,
+}
+
+impl FileStamp {
+    fn of(metadata: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+            inode: metadata.ino(),
+            device: metadata.dev(),
+        }
+    }
+}
+
+/// A compiled, pre-linked module, ready to instantiate. Cheap to clone.
+#[derive(Clone)]
+pub struct LoadedModule {
+    inner: Arc<LoadedModuleInner>,
+}
+
+struct LoadedModuleInner {
+    instance_pre: InstancePre<Host>,
+    blake3: blake3::Hash,
+    origin: ModuleOrigin,
+    path: PathBuf,
+    argv0: String,
+}
+
+impl std::fmt::Debug for LoadedModule {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("LoadedModule")
+            .field("path", &self.inner.path)
+            .field("blake3", &self.inner.blake3.to_hex().as_str())
+            .field("origin", &self.inner.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedModule {
+    /// blake3 of the module's `.wasm` bytes (what `session.executed`
+    /// records as the runtime's hash).
+    pub fn blake3(&self) -> blake3::Hash {
+        self.inner.blake3
+    }
+
+    /// Whether this module was compiled or loaded from the cache when this
+    /// `Sandbox` first loaded it.
+    pub fn origin(&self) -> ModuleOrigin {
+        self.inner.origin
+    }
+
+    /// The path it was first loaded from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// `argv[0]` the guest sees: the module's file name.
+    pub(crate) fn argv0(&self) -> &str {
+        &self.inner.argv0
+    }
+
+    pub(crate) fn instance_pre(&self) -> &InstancePre<Host> {
+        &self.inner.instance_pre
+    }
+}
+
+impl Sandbox {
+    /// Builds the engine (once), the WASI linker and the epoch ticker, and
+    /// opens the precompiled-module cache under `cache_dir` (created if
+    /// missing).
+    ///
+    /// # Errors
+    ///
+    /// [`SandboxError::Engine`], [`SandboxError::Ticker`] or
+    /// [`SandboxError::CacheDir`]; all mean this host cannot run a sandbox.
+    pub fn new(cache_dir: &Path) -> Result<Self, SandboxError> {
+        let engine = Engine::new(&engine_config()).map_err(|error| SandboxError::Engine {
+            source: boxed(error),
+        })?;
+        let linker = build_linker(&engine).map_err(|error| SandboxError::Engine {
+            source: boxed(error),
+        })?;
+        let trampoline =
+            Module::new(&engine, poll::TRAMPOLINE_WAT).map_err(|error| SandboxError::Engine {
+                source: boxed(error),
+            })?;
+        let artifacts =
+            ArtifactDir::open(cache_dir, &engine).map_err(|source| SandboxError::CacheDir {
+                path: cache_dir.to_path_buf(),
+                source,
+            })?;
+        let ticker =
+            EpochTicker::start(engine.clone()).map_err(|source| SandboxError::Ticker { source })?;
+        Ok(Sandbox {
+            inner: Arc::new(SandboxInner {
+                engine,
+                linker,
+                trampoline,
+                artifacts,
+                hashes_by_file: Mutex::new(HashMap::new()),
+                modules: Mutex::new(HashMap::new()),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// Loads the module at `wasm_path`: from memory if this `Sandbox` has
+    /// loaded the same bytes before, else from a verified precompiled
+    /// artifact in the cache, else by compiling it (and caching the
+    /// artifact).
+    ///
+    /// # Errors
+    ///
+    /// [`SandboxError::ReadModule`], [`SandboxError::Compile`],
+    /// [`SandboxError::Link`] (imports beyond WASI preview 1) or
+    /// [`SandboxError::NotACommand`] (no `_start`).
+    pub fn load(&self, wasm_path: &Path) -> Result<LoadedModule, SandboxError> {
+        let read_error = |source| SandboxError::ReadModule {
+            path: wasm_path.to_path_buf(),
+            source,
+        };
+        let stamp = FileStamp::of(&fs::metadata(wasm_path).map_err(read_error)?);
+        let known_hash = lock(&self.inner.hashes_by_file)
+            .get(wasm_path)
+            .filter(|(known_stamp, _)| *known_stamp == stamp)
+            .map(|(_, hash)| *hash);
+        let (module_hash, mut wasm_bytes) = match known_hash {
+            Some(hash) => (hash, None),
+            None => {
+                let bytes = fs::read(wasm_path).map_err(read_error)?;
+                let hash = blake3::hash(&bytes);
+                lock(&self.inner.hashes_by_file).insert(wasm_path.to_path_buf(), (stamp, hash));
+                (hash, Some(bytes))
+            }
+        };
+
+        let slot = Arc::clone(lock(&self.inner.modules).entry(module_hash).or_default());
+        let mut slot = lock(&slot);
+        if let Some(module) = slot.as_ref() {
+            return Ok(module.clone());
+        }
+        let (module, origin) = self
+            .inner
+            .artifacts
+            .load_or_compile(&self.inner.engine, &module_hash, || {
+                match wasm_bytes.take() {
+                    Some(bytes) => Ok(bytes),
+                    // Hash known from an earlier load: re-read, and make sure
+                    // the bytes are still the ones keyed, so an artifact is
+                    // never stored under another module's hash.
+                    None => {
+                        let bytes = fs::read(wasm_path).map_err(LoadFailure::Read)?;
+                        if blake3::hash(&bytes) == module_hash {
+                            Ok(bytes)
+                        } else {
+                            Err(LoadFailure::Read(io::Error::other(
+                                "the module file changed while it was being loaded; retry",
+                            )))
+                        }
+                    }
+                }
+            })
+            .map_err(|failure| match failure {
+                LoadFailure::Read(source) => read_error(source),
+                LoadFailure::Compile(error) => SandboxError::Compile {
+                    path: wasm_path.to_path_buf(),
+                    source: boxed(error),
+                },
+            })?;
+        check_command_shape(&module, wasm_path)?;
+        let instance_pre = self
+            .inner
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|error| SandboxError::Link {
+                path: wasm_path.to_path_buf(),
+                source: boxed(error),
+            })?;
+        let argv0 = wasm_path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "main.wasm".to_owned());
+        let loaded = LoadedModule {
+            inner: Arc::new(LoadedModuleInner {
+                instance_pre,
+                blake3: module_hash,
+                origin,
+                path: wasm_path.to_path_buf(),
+                argv0,
+            }),
+        };
+        *slot = Some(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Runs `module` once per `request` and reports how it ended. Blocks the
+    /// calling thread for the run (at most the request's timeout plus the
+    /// final quota walk). Call it from a thread with at least 2 MiB of
+    /// stack (any std thread or `main`): wasm frames use the caller's stack.
+    ///
+    /// # Errors
+    ///
+    /// Only for bad requests and host failures: [`SandboxError::InvalidLimit`],
+    /// [`SandboxError::InvalidRequest`], [`SandboxError::Preopen`] (missing
+    /// workspace or mount), [`SandboxError::ForeignModule`],
+    /// [`SandboxError::Instantiate`] (all `CONCURRENT_RUNS_MAX` slots busy),
+    /// [`SandboxError::Measure`]. A guest hitting a limit is an `Ok` report.
+    pub fn run(
+        &self,
+        module: &LoadedModule,
+        request: RunRequest<'_>,
+    ) -> Result<RunReport, SandboxError> {
+        run::run(&self.inner, module, request)
+    }
+}
+
+/// Refuses, at load rather than at every run, modules the sandbox cannot run
+/// safely: anything importing from a module other than WASI preview 1
+/// (notably the sleep guard's inner `poll_oneoff`, which would bypass the
+/// guard), without a `_start: () -> ()` export, with a memory the guard's
+/// trampoline cannot import (64-bit or shared: not WASI preview 1 commands),
+/// or needing more memories, tables or table elements than a pool slot has.
+fn check_command_shape(module: &Module, wasm_path: &Path) -> Result<(), SandboxError> {
+    let link_error = |message: String| SandboxError::Link {
+        path: wasm_path.to_path_buf(),
+        source: message.into(),
+    };
+    if let Some(import) = module
+        .imports()
+        .find(|import| import.module() != WASI_MODULE)
+    {
+        return Err(link_error(format!(
+            "imports `{}::{}`; only `{WASI_MODULE}` functions are granted",
+            import.module(),
+            import.name()
+        )));
+    }
+    let resources = module.resources_required();
+    let fits_slot = resources.num_memories <= 1
+        && resources.num_tables <= 1
+        && resources
+            .max_initial_table_size
+            .is_none_or(|elements| elements <= TABLE_ELEMENTS_MAX as u64);
+    if !fits_slot {
+        return Err(link_error(format!(
+            "needs {} memories and {} tables of up to {:?} elements; at most 1, 1 and \
+             {TABLE_ELEMENTS_MAX} are supported",
+            resources.num_memories, resources.num_tables, resources.max_initial_table_size
+        )));
+    }
+    if let Some(ExternType::Memory(memory)) = module.get_export("memory")
+        && (memory.is_64() || memory.is_shared())
+    {
+        return Err(link_error("exports a 64-bit or shared memory".to_owned()));
+    }
+    let is_command = matches!(
+        module.get_export("_start"),
+        Some(ExternType::Func(start)) if start.params().len() == 0 && start.results().len() == 0
+    );
+    if !is_command {
+        return Err(SandboxError::NotACommand {
+            path: wasm_path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Locks a mutex, recovering from poisoning: every critical section here
+/// leaves the maps consistent (single inserts), so a panic elsewhere while
+/// holding the lock does not make the data wrong.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The one engine configuration. Every setting that affects compiled code
+/// is part of the cache fingerprint automatically.
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    // Deterministic CPU limit. Costs CPU-heavy guests 1.45–1.87× (measured),
+    // the price of a limit that stops a guest at the same instruction
+    // everywhere.
+    config.consume_fuel(true);
+    // Wall-clock limit; costs 1.20–1.35× (measured).
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(OptLevel::Speed);
+    // Pooling: instantiation reuses pre-reserved slots (no mmap/munmap per
+    // run). Slots are sized for `MEMORY_BYTES_MAX`, so any memory limit a
+    // request may ask for fits, and a guest asking for more is refused at
+    // `memory.grow` (an outcome), never at instantiation.
+    let mut pooling = PoolingAllocationConfig::new();
+    pooling.total_core_instances(CONCURRENT_RUNS_MAX.saturating_mul(INSTANCES_PER_RUN as u32));
+    pooling.total_memories(CONCURRENT_RUNS_MAX);
+    pooling.total_tables(CONCURRENT_RUNS_MAX);
+    pooling.max_memories_per_module(1);
+    pooling.max_tables_per_module(1);
+    pooling.max_memory_size(usize::try_from(MEMORY_BYTES_MAX).unwrap_or(usize::MAX));
+    pooling.table_elements(TABLE_ELEMENTS_MAX);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    config
+}
+
+/// WASI preview 1, with `poll_oneoff` replaced by the sleep guard (the
+/// original stays reachable under [`INNER_MODULE`] for the guard to call).
+fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<Host>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |host: &mut Host| &mut host.wasi)?;
+    linker.alias(WASI_MODULE, POLL_ONEOFF, INNER_MODULE, POLL_ONEOFF)?;
+    linker.allow_shadowing(true);
+    linker.func_wrap(WASI_MODULE, POLL_ONEOFF, poll::guarded_poll_oneoff)?;
+    linker.allow_shadowing(false);
+    Ok(linker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the sandbox can be shared across threads. Method: compile-time
+    /// trait bounds.
+    #[test]
+    fn sandbox_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Sandbox>();
+        assert_send_sync::<LoadedModule>();
+    }
+}

@@ -1,0 +1,83 @@
+//! Verification for operators: the hash chain (optionally against a stored
+//! digest) and the read models against a fold of the whole log (A1).
+
+use sandlog_eventstore::Digest;
+use sandlog_projections::query::{self, StoreStats};
+use sandlog_projections::{State, apply};
+use serde::Serialize;
+
+use crate::engine::Engine;
+use crate::error::Result;
+
+/// What `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyOutcome {
+    /// Whether everything checked out.
+    pub ok: bool,
+    /// Events checked.
+    pub events: u64,
+    /// The head hash.
+    pub head: String,
+    /// The head position.
+    pub position: u64,
+    /// Whether a digest was checked.
+    pub digest_checked: bool,
+    /// Differences between the read models and a fold of the log (empty
+    /// when they agree). A difference means the read models were changed
+    /// outside sandlog or by a bug; `sandlog` rebuilds them on request.
+    pub read_model_mismatches: Vec<String>,
+}
+
+/// Most read-model differences listed; the rest are counted.
+const MISMATCHES_LISTED_MAX: usize = 20;
+
+impl Engine {
+    /// Verifies the chain (and the digest, if given), then compares the
+    /// read models with a fresh in-memory fold of the log. A broken chain
+    /// is an `Err` naming the first bad position.
+    pub fn verify(&self, digest: Option<Digest>, progress: &dyn Fn(u64)) -> Result<VerifyOutcome> {
+        let report = self.store.verify_with_progress(digest, progress)?;
+        let mut folded = State::default();
+        for envelope in self.store.read_all_after(sandlog_core::Position::ZERO) {
+            apply(&mut folded, &envelope?);
+        }
+        let stored = query::all_sessions_with_files(&self.store)?;
+        let mut mismatches = Vec::new();
+        for (session_id, expected) in &folded.sessions {
+            match stored.get(session_id) {
+                None => mismatches.push(format!("session {session_id}: missing from the read model")),
+                Some(actual) if actual != expected => {
+                    mismatches.push(format!("session {session_id}: read model differs from the log"))
+                }
+                Some(_) => {}
+            }
+        }
+        for session_id in stored.keys() {
+            if !folded.sessions.contains_key(session_id) {
+                mismatches.push(format!("session {session_id}: in the read model but not in the log"));
+            }
+        }
+        let stats: StoreStats = query::stats(&self.store)?;
+        if stats.cleanup != folded.stats {
+            mismatches.push("cleanup statistics differ from the log".to_owned());
+        }
+        if mismatches.len() > MISMATCHES_LISTED_MAX {
+            let more = mismatches.len() - MISMATCHES_LISTED_MAX;
+            mismatches.truncate(MISMATCHES_LISTED_MAX);
+            mismatches.push(format!("… and {more} more"));
+        }
+        Ok(VerifyOutcome {
+            ok: mismatches.is_empty(),
+            events: report.events,
+            head: report.head_hash.to_hex(),
+            position: report.head.0,
+            digest_checked: digest.is_some(),
+            read_model_mismatches: mismatches,
+        })
+    }
+
+    /// Drops and rebuilds the read models from the log.
+    pub fn rebuild_read_models(&self) -> Result<u64> {
+        Ok(sandlog_projections::rebuild(&self.store)?)
+    }
+}

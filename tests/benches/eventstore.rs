@@ -1,0 +1,729 @@
+//! The event store next to raw rusqlite doing the same work, printed as one
+//! table (issue 2's benchmark).
+//!
+//! Run: `cargo bench -p sandlog-tests --bench eventstore`
+//!
+//! # What is compared
+//!
+//! "raw" is rusqlite on a table created by the store's own migration (same
+//! columns, indexes, unique constraints), with the same pragmas (WAL, the
+//! same `synchronous`, the same page cache), prepared statements, and one
+//! `BEGIN IMMEDIATE` transaction per batch. It inserts the very rows the
+//! store would write, with hashes computed before the clock starts: raw is
+//! the cost of storing the rows and nothing else. The store additionally
+//! checks idempotency and the stream version, reads the head, hashes each
+//! event and returns owned envelopes.
+//!
+//! * Batched append (batches of 1, 100, 1000) runs with
+//!   `synchronous=NORMAL` on both sides (`Durability::Normal`): with FULL
+//!   every commit waits for an fsync and batch-of-1 throughput would only
+//!   measure the disk.
+//! * Single durable append is `Durability::Full` against a raw one-row
+//!   commit with `synchronous=FULL`; samples alternate between the two so
+//!   disk jitter hits both alike.
+//! * Appends alternate between the two sides in slices of the workload, and
+//!   reads take the best of three alternating runs, so that other load on
+//!   the machine hits both sides alike.
+//! * Read-all and verify run over the batch-of-1000 files (the OS page cache
+//!   is warm: this measures the store, not the disk). Raw read-all selects
+//!   the same columns in position order and touches every value without
+//!   copying it; raw verify is that select plus the same blake3 chain hash
+//!   per row.
+//!
+//! # Sizes (environment variables, defaults are the issue's sizes)
+//!
+//! * `SANDLOG_BENCH_EVENTS`: events of the batch-1000 run, read and
+//!   verified afterwards (1,000,000).
+//! * `SANDLOG_BENCH_BATCH100_EVENTS` (200,000), `SANDLOG_BENCH_BATCH1_EVENTS`
+//!   (20,000).
+//! * `SANDLOG_BENCH_DURABLE_SAMPLES`: single durable appends per side (200).
+//! * `SANDLOG_BENCH_DIR`: where the files go (a temporary directory).
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, TransactionBehavior, params};
+use sandlog_core::envelope::EnvelopeFields;
+use sandlog_core::{
+    EventId, Hash, ManualClock, NewEvent, Position, SessionId, StreamId, StreamVersion, Timestamp,
+    chain_hash,
+};
+use sandlog_eventstore::sqlite::MIGRATIONS;
+use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
+
+type BenchResult<T = ()> = Result<T, Box<dyn Error>>;
+
+/// Sessions the appends are spread over (one stream per batch, round robin).
+const SESSIONS: usize = 64;
+
+/// The targets of issue 2.
+const BATCH_RATIO_MIN: f64 = 0.60;
+const READ_EVENTS_PER_SECOND_MIN: f64 = 1_000_000.0;
+const DURABLE_LATENCY_RATIO_MAX: f64 = 1.3;
+
+/// The same page cache the store configures (KiB), for a fair raw side.
+const RAW_CACHE_SIZE_KIB: i64 = 32 * 1024;
+
+const RAW_INSERT: &str = "INSERT INTO events (position, stream, version, event_id, kind, schema, \
+     recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+const RAW_SELECT: &str = "SELECT position, stream, version, event_id, kind, schema, recorded_at, \
+     actor, correlation_id, causation_id, payload, prev_hash, hash FROM events ORDER BY position";
+
+const KINDS: [&str; 4] = [
+    "file.written",
+    "session.executed",
+    "file.deleted",
+    "session.created",
+];
+
+fn env_count(name: &str, default: usize) -> BenchResult<usize> {
+    match std::env::var(name) {
+        Ok(text) => Ok(text.replace('_', "").parse()?),
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Realistic events: a `file.written`-like payload of about 140 bytes.
+fn make_events(n: usize) -> Vec<NewEvent> {
+    (0..n)
+        .map(|i| {
+            let content_hash = Hash::of(&i.to_le_bytes());
+            NewEvent {
+                event_id: EventId::new_v4(),
+                kind: KINDS
+                    .get(i % KINDS.len())
+                    .copied()
+                    .unwrap_or("file.written")
+                    .to_owned(),
+                schema: 1,
+                actor: "api:bench".to_owned(),
+                correlation_id: None,
+                causation_id: None,
+                payload: format!(
+                    r#"{{"path":"src/module_{i:07}.py","size":{},"blake3":"{content_hash}","by":"host"}}"#,
+                    i % 65_536
+                )
+                .into_bytes(),
+            }
+        })
+        .collect()
+}
+
+/// One row exactly as the store would write it.
+struct RawRow {
+    position: i64,
+    stream: String,
+    version: i64,
+    event_id: [u8; 16],
+    kind: String,
+    schema: u32,
+    recorded_at: i64,
+    actor: String,
+    payload: Vec<u8>,
+    prev_hash: Hash,
+    hash: Hash,
+}
+
+/// The rows the store writes for `events` appended in batches of
+/// `batch_size` to streams round robin, all stamped `recorded_at`.
+fn raw_rows(
+    events: &[NewEvent],
+    batch_size: usize,
+    streams: &[StreamId],
+    recorded_at: Timestamp,
+) -> Vec<RawRow> {
+    let mut versions = vec![0u64; streams.len()];
+    let mut rows = Vec::with_capacity(events.len());
+    let mut prev_hash = Hash::GENESIS;
+    let mut position = 0u64;
+    for (batch_index, batch) in events.chunks(batch_size.max(1)).enumerate() {
+        let stream_index = batch_index % streams.len().max(1);
+        let stream = streams
+            .get(stream_index)
+            .copied()
+            .unwrap_or(StreamId::System)
+            .to_string();
+        for event in batch {
+            position += 1;
+            let version = match versions.get_mut(stream_index) {
+                Some(version) => {
+                    *version += 1;
+                    *version
+                }
+                None => 1,
+            };
+            let fields = EnvelopeFields {
+                position,
+                stream: &stream,
+                version,
+                event_id: event.event_id.0.as_bytes(),
+                kind: &event.kind,
+                schema: event.schema,
+                recorded_at_micros: recorded_at.unix_micros(),
+                actor: &event.actor,
+                correlation_id: &[],
+                causation_id: &[],
+                payload: &event.payload,
+            };
+            let hash = chain_hash(&prev_hash, &fields);
+            rows.push(RawRow {
+                position: position as i64,
+                stream: stream.clone(),
+                version: version as i64,
+                event_id: *event.event_id.0.as_bytes(),
+                kind: event.kind.clone(),
+                schema: event.schema,
+                recorded_at: recorded_at.unix_micros(),
+                actor: event.actor.clone(),
+                payload: event.payload.clone(),
+                prev_hash,
+                hash,
+            });
+            prev_hash = hash;
+        }
+    }
+    rows
+}
+
+fn synchronous_pragma(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    }
+}
+
+/// A raw database with the store's schema and pragmas.
+fn open_raw(path: &Path, durability: Durability) -> BenchResult<Connection> {
+    let connection = Connection::open(path)?;
+    let journal_mode: String =
+        connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(format!("raw side refused WAL: {journal_mode}").into());
+    }
+    connection.execute_batch(&format!(
+        "PRAGMA synchronous = {}; PRAGMA cache_size = -{RAW_CACHE_SIZE_KIB}; PRAGMA temp_store = MEMORY;",
+        synchronous_pragma(durability)
+    ))?;
+    let transaction = connection.unchecked_transaction()?;
+    for script in MIGRATIONS {
+        transaction.execute_batch(script)?;
+    }
+    transaction.commit()?;
+    Ok(connection)
+}
+
+fn open_store(path: &Path, durability: Durability, clock: &ManualClock) -> BenchResult<EventStore> {
+    Ok(EventStore::open(
+        path,
+        OpenOptions::default()
+            .clock(Arc::new(clock.clone()))
+            .durability(durability),
+    )?)
+}
+
+fn raw_insert_batch(connection: &mut Connection, rows: &[RawRow]) -> BenchResult {
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut insert = transaction.prepare_cached(RAW_INSERT)?;
+        for row in rows {
+            insert.execute(params![
+                row.position,
+                row.stream,
+                row.version,
+                row.event_id.as_slice(),
+                row.kind,
+                row.schema,
+                row.recorded_at,
+                row.actor,
+                Option::<&[u8]>::None,
+                Option::<&[u8]>::None,
+                row.payload,
+                row.prev_hash.0.as_slice(),
+                row.hash.0.as_slice(),
+            ])?;
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+/// Appends batches round robin over `streams`, each with `Exact(known
+/// version)` (what a command handler does), tracking versions across calls.
+struct StoreAppender<'a> {
+    store: &'a EventStore,
+    streams: &'a [StreamId],
+    versions: Vec<Option<StreamVersion>>,
+    next_batch: usize,
+}
+
+impl<'a> StoreAppender<'a> {
+    fn new(store: &'a EventStore, streams: &'a [StreamId]) -> Self {
+        StoreAppender {
+            store,
+            streams,
+            versions: vec![None; streams.len()],
+            next_batch: 0,
+        }
+    }
+
+    fn append(&mut self, batch: &[NewEvent]) -> BenchResult {
+        let stream_index = self.next_batch % self.streams.len().max(1);
+        self.next_batch += 1;
+        let stream = self
+            .streams
+            .get(stream_index)
+            .copied()
+            .ok_or("no stream for the batch")?;
+        let version = self
+            .versions
+            .get_mut(stream_index)
+            .ok_or("no version for the batch")?;
+        let expected = version.map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
+        let stored = self.store.append(stream, expected, batch)?;
+        *version = stored.last().map(|envelope| envelope.version);
+        Ok(())
+    }
+}
+
+/// Slices of the workload timed alternately (ours, then raw, then ours…):
+/// the machine's load changes over a run, and alternating in small slices
+/// makes both sides see the same load.
+const INTERLEAVED_SLICES: usize = 50;
+
+/// Of several timed runs of a read, the fastest is the one least disturbed
+/// by other work on the machine.
+const READ_ROUNDS: usize = 3;
+
+fn per_second(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+/// A measured pair: ours and raw's figure of one quantity.
+struct Line {
+    name: String,
+    unit: &'static str,
+    ours: f64,
+    raw: Option<f64>,
+    /// `ours / raw`, or `raw / ours` for latencies, and how it is judged.
+    target: Target,
+}
+
+enum Target {
+    /// ours/raw throughput ratio at least this.
+    RatioAtLeast(f64),
+    /// ours/raw latency ratio at most this.
+    LatencyRatioAtMost(f64),
+    /// ours at least this many per second.
+    RateAtLeast(f64),
+}
+
+impl Line {
+    fn ratio(&self) -> Option<f64> {
+        self.raw.map(|raw| self.ours / raw)
+    }
+
+    fn target_text(&self) -> String {
+        match self.target {
+            Target::RatioAtLeast(min) => format!(">= {:.0}% of raw", min * 100.0),
+            Target::LatencyRatioAtMost(max) => format!("<= {max:.1}x raw"),
+            Target::RateAtLeast(min) => format!(">= {}/s", group(min)),
+        }
+    }
+
+    fn met(&self) -> bool {
+        match self.target {
+            Target::RatioAtLeast(min) => self.ratio().is_some_and(|ratio| ratio >= min),
+            Target::LatencyRatioAtMost(max) => self.ratio().is_some_and(|ratio| ratio <= max),
+            Target::RateAtLeast(min) => self.ours >= min,
+        }
+    }
+}
+
+/// `1234567.8` as `1 234 568`.
+fn group(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(' ');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+fn print_table(lines: &[Line]) {
+    let header = [
+        "measurement",
+        "unit",
+        "sandlog",
+        "raw rusqlite",
+        "sandlog/raw",
+        "target",
+        "met",
+    ];
+    let rows: Vec<[String; 7]> = lines
+        .iter()
+        .map(|line| {
+            [
+                line.name.clone(),
+                line.unit.to_owned(),
+                group(line.ours),
+                line.raw.map_or("-".to_owned(), group),
+                line.ratio()
+                    .map_or("-".to_owned(), |ratio| format!("{ratio:.2}")),
+                line.target_text(),
+                if line.met() { "yes" } else { "NO" }.to_owned(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let print_row = |cells: &[String]| {
+        let mut text = String::from("|");
+        for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            // The measurement and unit columns read left to right; numbers
+            // line up on the right.
+            if !(2..5).contains(&index) {
+                text.push_str(&format!(" {cell:<width$} |"));
+            } else {
+                text.push_str(&format!(" {cell:>width$} |"));
+            }
+        }
+        println!("{text}");
+    };
+    print_row(&header.map(str::to_owned));
+    let rule: Vec<String> = widths.iter().map(|width| "-".repeat(*width)).collect();
+    println!(
+        "|{}|",
+        rule.iter()
+            .map(|dashes| format!("-{dashes}-"))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for row in &rows {
+        print_row(row);
+    }
+}
+
+/// Batched append of `n` events in batches of `batch_size`, ours and raw
+/// alternating in slices, each into a fresh file under `dir`. Returns the
+/// line and the two files.
+fn bench_batched_append(
+    dir: &Path,
+    n: usize,
+    batch_size: usize,
+    streams: &[StreamId],
+    clock: &ManualClock,
+) -> BenchResult<(Line, PathBuf, PathBuf)> {
+    let events = make_events(n);
+    let rows = raw_rows(
+        &events,
+        batch_size,
+        streams,
+        sandlog_core::Clock::now(clock),
+    );
+    let ours_path = dir.join(format!("sandlog-batch{batch_size}.db"));
+    let raw_path = dir.join(format!("raw-batch{batch_size}.db"));
+    let store = open_store(&ours_path, Durability::Normal, clock)?;
+    let mut raw = open_raw(&raw_path, Durability::Normal)?;
+    let mut appender = StoreAppender::new(&store, streams);
+
+    let batches_per_slice = n
+        .div_ceil(batch_size.max(1))
+        .div_ceil(INTERLEAVED_SLICES)
+        .max(1);
+    let slice_events = batches_per_slice * batch_size.max(1);
+    let mut ours_elapsed = Duration::ZERO;
+    let mut raw_elapsed = Duration::ZERO;
+    for (event_slice, row_slice) in events.chunks(slice_events).zip(rows.chunks(slice_events)) {
+        let started = Instant::now();
+        for batch in event_slice.chunks(batch_size.max(1)) {
+            appender.append(batch)?;
+        }
+        ours_elapsed += started.elapsed();
+        let started = Instant::now();
+        for batch in row_slice.chunks(batch_size.max(1)) {
+            raw_insert_batch(&mut raw, batch)?;
+        }
+        raw_elapsed += started.elapsed();
+    }
+    drop(store);
+    drop(raw);
+
+    let line = Line {
+        name: format!(
+            "append, batches of {batch_size}, {} events (synchronous=NORMAL)",
+            group(n as f64)
+        ),
+        unit: "events/s",
+        ours: per_second(n, ours_elapsed),
+        raw: Some(per_second(n, raw_elapsed)),
+        target: Target::RatioAtLeast(BATCH_RATIO_MIN),
+    };
+    Ok((line, ours_path, raw_path))
+}
+
+/// Median of `samples` (sorted in place).
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    samples
+        .get(samples.len() / 2)
+        .copied()
+        .unwrap_or(Duration::ZERO)
+}
+
+fn bench_durable_append(dir: &Path, samples: usize, clock: &ManualClock) -> BenchResult<Line> {
+    let events = make_events(samples);
+    let stream = StreamId::Session(SessionId::new_v4());
+    let rows = raw_rows(&events, 1, &[stream], sandlog_core::Clock::now(clock));
+    let store = open_store(&dir.join("sandlog-durable.db"), Durability::Full, clock)?;
+    let mut raw = open_raw(&dir.join("raw-durable.db"), Durability::Full)?;
+    let mut ours = Vec::with_capacity(samples);
+    let mut theirs = Vec::with_capacity(samples);
+    let mut version = None;
+    for (event, row) in events.iter().zip(rows.chunks(1)) {
+        let expected = version.map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
+        let started = Instant::now();
+        let stored = store.append(stream, expected, std::slice::from_ref(event))?;
+        ours.push(started.elapsed());
+        version = stored.last().map(|envelope| envelope.version);
+
+        let started = Instant::now();
+        raw_insert_batch(&mut raw, row)?;
+        theirs.push(started.elapsed());
+    }
+    // A latency line: the figures are microseconds and the ratio is ours
+    // over raw, so smaller is better.
+    Ok(Line {
+        name: format!("single durable append, median of {samples} (synchronous=FULL)"),
+        unit: "µs",
+        ours: median(&mut ours).as_secs_f64() * 1e6,
+        raw: Some(median(&mut theirs).as_secs_f64() * 1e6),
+        target: Target::LatencyRatioAtMost(DURABLE_LATENCY_RATIO_MAX),
+    })
+}
+
+/// Touches a value the way a consumer would, without copying it.
+fn value_size(value: ValueRef<'_>) -> usize {
+    match value {
+        ValueRef::Null => 0,
+        ValueRef::Integer(_) | ValueRef::Real(_) => 8,
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes.len(),
+    }
+}
+
+fn raw_read_all(path: &Path) -> BenchResult<(usize, usize)> {
+    let connection = Connection::open(path)?;
+    connection.execute_batch(&format!("PRAGMA cache_size = -{RAW_CACHE_SIZE_KIB};"))?;
+    let mut statement = connection.prepare(RAW_SELECT)?;
+    let mut rows = statement.query([])?;
+    let mut count = 0;
+    let mut bytes = 0;
+    while let Some(row) = rows.next()? {
+        for index in 0..13 {
+            bytes += value_size(row.get_ref(index)?);
+        }
+        count += 1;
+    }
+    Ok((count, bytes))
+}
+
+fn blob_of(value: ValueRef<'_>) -> &[u8] {
+    match value {
+        ValueRef::Blob(bytes) | ValueRef::Text(bytes) => bytes,
+        _ => &[],
+    }
+}
+
+fn text_of(value: ValueRef<'_>) -> BenchResult<&str> {
+    Ok(std::str::from_utf8(blob_of(value))?)
+}
+
+fn integer_of(value: ValueRef<'_>) -> i64 {
+    match value {
+        ValueRef::Integer(number) => number,
+        _ => 0,
+    }
+}
+
+/// The raw floor of verify: the same select plus the same chain hash per
+/// row, with none of the store's checks or error reporting.
+fn raw_verify(path: &Path) -> BenchResult<usize> {
+    let connection = Connection::open(path)?;
+    connection.execute_batch(&format!("PRAGMA cache_size = -{RAW_CACHE_SIZE_KIB};"))?;
+    let mut statement = connection.prepare(RAW_SELECT)?;
+    let mut rows = statement.query([])?;
+    let mut prev_hash = Hash::GENESIS;
+    let mut count = 0;
+    while let Some(row) = rows.next()? {
+        let fields = EnvelopeFields {
+            position: integer_of(row.get_ref(0)?) as u64,
+            stream: text_of(row.get_ref(1)?)?,
+            version: integer_of(row.get_ref(2)?) as u64,
+            event_id: blob_of(row.get_ref(3)?),
+            kind: text_of(row.get_ref(4)?)?,
+            schema: integer_of(row.get_ref(5)?) as u32,
+            recorded_at_micros: integer_of(row.get_ref(6)?),
+            actor: text_of(row.get_ref(7)?)?,
+            correlation_id: blob_of(row.get_ref(8)?),
+            causation_id: blob_of(row.get_ref(9)?),
+            payload: blob_of(row.get_ref(10)?),
+        };
+        let hash = chain_hash(&prev_hash, &fields);
+        if Hash::from_slice(blob_of(row.get_ref(12)?)) != Some(hash) {
+            return Err(format!("raw verify: bad hash at row {count}").into());
+        }
+        prev_hash = hash;
+        count += 1;
+    }
+    Ok(count)
+}
+
+fn store_read_all(store: &EventStore) -> BenchResult<(usize, usize)> {
+    let mut count = 0usize;
+    let mut bytes = 0usize;
+    for envelope in store.read_all_after(Position::ZERO) {
+        let envelope = envelope?;
+        bytes += envelope.payload.len() + envelope.kind.len() + envelope.actor.len();
+        count += 1;
+    }
+    Ok((count, bytes))
+}
+
+/// Times `ours` and `raw` alternately [`READ_ROUNDS`] times and keeps each
+/// side's fastest run; both must report `n` events.
+fn best_of(
+    n: usize,
+    mut ours: impl FnMut() -> BenchResult<usize>,
+    mut raw: impl FnMut() -> BenchResult<usize>,
+) -> BenchResult<(Duration, Duration)> {
+    let mut ours_best = Duration::MAX;
+    let mut raw_best = Duration::MAX;
+    for _ in 0..READ_ROUNDS {
+        let started = Instant::now();
+        let ours_count = ours()?;
+        ours_best = ours_best.min(started.elapsed());
+        let started = Instant::now();
+        let raw_count = raw()?;
+        raw_best = raw_best.min(started.elapsed());
+        if ours_count != n || raw_count != n {
+            return Err(format!("expected {n} events, read {ours_count} and {raw_count}").into());
+        }
+    }
+    Ok((ours_best, raw_best))
+}
+
+fn bench_read_and_verify(
+    ours_path: &Path,
+    raw_path: &Path,
+    n: usize,
+    clock: &ManualClock,
+) -> BenchResult<Vec<Line>> {
+    let store = open_store(ours_path, Durability::Normal, clock)?;
+    // An untimed pass each so both start from a warm page cache.
+    store_read_all(&store)?;
+    raw_read_all(raw_path)?;
+    let (ours_read, raw_read) = best_of(
+        n,
+        || Ok(store_read_all(&store)?.0),
+        || Ok(raw_read_all(raw_path)?.0),
+    )?;
+    let (ours_verify, raw_verify_elapsed) = best_of(
+        n,
+        || Ok(usize::try_from(store.verify()?.events)?),
+        || raw_verify(raw_path),
+    )?;
+    Ok(vec![
+        Line {
+            name: format!(
+                "read-all of {} events (read_all_after vs raw select), best of {READ_ROUNDS}",
+                group(n as f64)
+            ),
+            unit: "events/s",
+            ours: per_second(n, ours_read),
+            raw: Some(per_second(n, raw_read)),
+            target: Target::RateAtLeast(READ_EVENTS_PER_SECOND_MIN),
+        },
+        Line {
+            name: format!(
+                "verify of {} events (vs raw select + blake3), best of {READ_ROUNDS}",
+                group(n as f64)
+            ),
+            unit: "events/s",
+            ours: per_second(n, ours_verify),
+            raw: Some(per_second(n, raw_verify_elapsed)),
+            target: Target::RateAtLeast(READ_EVENTS_PER_SECOND_MIN),
+        },
+    ])
+}
+
+fn main() -> BenchResult {
+    let events = env_count("SANDLOG_BENCH_EVENTS", 1_000_000)?;
+    let batch100_events = env_count("SANDLOG_BENCH_BATCH100_EVENTS", 200_000)?;
+    let batch1_events = env_count("SANDLOG_BENCH_BATCH1_EVENTS", 20_000)?;
+    let durable_samples = env_count("SANDLOG_BENCH_DURABLE_SAMPLES", 200)?;
+    let temporary = match std::env::var_os("SANDLOG_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir)?,
+        None => tempfile::tempdir()?,
+    };
+    let dir = temporary.path();
+    let clock = ManualClock::new(Timestamp::from_unix_micros(1_700_000_000_000_000));
+    let streams: Vec<StreamId> = (0..SESSIONS)
+        .map(|_| StreamId::Session(SessionId::new_v4()))
+        .collect();
+    let started = Instant::now();
+    eprintln!("files in {}", dir.display());
+
+    let mut lines = Vec::new();
+    for (batch_size, n) in [(1, batch1_events), (100, batch100_events)] {
+        eprintln!("append, batches of {batch_size}…");
+        let (line, ours, raw) = bench_batched_append(dir, n, batch_size, &streams, &clock)?;
+        lines.push(line);
+        for path in [ours, raw] {
+            remove_database(&path)?;
+        }
+    }
+    eprintln!("append, batches of 1000…");
+    let (line, ours_path, raw_path) = bench_batched_append(dir, events, 1000, &streams, &clock)?;
+    lines.push(line);
+    eprintln!("single durable append…");
+    lines.push(bench_durable_append(dir, durable_samples, &clock)?);
+    eprintln!("read-all and verify…");
+    lines.extend(bench_read_and_verify(
+        &ours_path, &raw_path, events, &clock,
+    )?);
+
+    println!();
+    println!(
+        "sandlog-eventstore vs raw rusqlite (same schema, WAL, same synchronous; ~140-byte JSON payloads; {} streams; total {:.0} s)",
+        SESSIONS,
+        started.elapsed().as_secs_f64()
+    );
+    print_table(&lines);
+    Ok(())
+}
+
+/// Deletes a database file and its WAL and shared-memory files.
+fn remove_database(path: &Path) -> BenchResult {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        match std::fs::remove_file(&name) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}

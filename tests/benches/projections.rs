@@ -1,0 +1,504 @@
+//! Projections benchmark (issue 3): rebuild throughput, prune-candidate
+//! query and session lookup latency, and the rebuild's peak memory at two
+//! log lengths, printed as one table.
+//!
+//! Run: `cargo bench -p sandlog-tests --bench projections`.
+//!
+//! Sizes come from the environment, with the issue's sizes as defaults:
+//! `SANDLOG_BENCH_EVENTS` (1,000,000: the big log),
+//! `SANDLOG_BENCH_SMALL_EVENTS` (250,000: the log the memory is compared
+//! with), `SANDLOG_BENCH_EVENTS_PER_SESSION` (10, so 100,000 sessions in the
+//! big log), `SANDLOG_BENCH_RUNS` (9: runs per latency median) and
+//! `SANDLOG_BENCH_LOOKUPS` (10,000 session lookups).
+//!
+//! The logs are generated without the read-model hook (the hook is what is
+//! being timed, as a rebuild), with `Durability::Normal`, sessions
+//! interleaved in waves of [`WAVE_SESSIONS`] the way concurrent users
+//! interleave them, over 100 days of a manual clock.
+
+use std::time::{Duration, Instant};
+
+use sandlog_core::event::{Event, MetadataStatus, Outcome, WrittenBy};
+use sandlog_core::{ManualClock, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
+use sandlog_projections::{query, rebuild};
+use sandlog_tests::events::{
+    DAY, T0, TestResult, adopted, created_with_labels, delete_requested, executed, file_deleted,
+    new_events, prune_requested, prune_run_completed, pruned, reconcile_run_completed,
+    session_deleted, written,
+};
+
+/// Sessions active at once: each wave's sessions interleave their events.
+const WAVE_SESSIONS: usize = 1000;
+
+/// The days the generated log spans (the clock moves evenly across waves).
+const LOG_SPAN_DAYS: u32 = 100;
+
+/// Targets from issue 3.
+const REBUILD_EVENTS_PER_SECOND_MIN: f64 = 500_000.0;
+const PRUNE_QUERY_MS_MAX: f64 = 20.0;
+const LOOKUP_US_MAX: f64 = 50.0;
+
+fn env_usize(name: &str, default: usize) -> TestResult<usize> {
+    match std::env::var(name) {
+        Ok(text) => Ok(text.replace('_', "").parse()?),
+        Err(_) => Ok(default),
+    }
+}
+
+/// The paths the generated sessions use.
+struct Paths {
+    main: WorkspacePath,
+    input: WorkspacePath,
+    result: WorkspacePath,
+    log: WorkspacePath,
+}
+
+impl Paths {
+    fn new() -> TestResult<Paths> {
+        Ok(Paths {
+            main: WorkspacePath::parse("main.py")?,
+            input: WorkspacePath::parse("data/input.csv")?,
+            result: WorkspacePath::parse("out/result.json")?,
+            log: WorkspacePath::parse("out/logs/run.log")?,
+        })
+    }
+}
+
+/// The two appends of session number `index`: a realistic life of ten
+/// events (create or adopt, writes by host and guest, executions with
+/// mixed outcomes, a delete), ending for some in a prune or a delete.
+fn session_life(index: usize, session_id: SessionId, paths: &Paths) -> [Vec<Event>; 2] {
+    let start = match index % 50 {
+        7 => adopted(session_id, MetadataStatus::Missing, None, None),
+        8 => {
+            let old = T0.saturating_sub(DAY * 400);
+            adopted(session_id, MetadataStatus::Ok, Some(old), Some(old))
+        }
+        _ => created_with_labels(session_id, &[("team", "bench")]),
+    };
+    let second_outcome = if index.is_multiple_of(7) {
+        Outcome::Error
+    } else {
+        Outcome::Ok
+    };
+    let size = |salt: usize| u64::try_from((index * 31 + salt * 977) % 50_000).unwrap_or(0);
+    let first = vec![
+        start,
+        written(&paths.main, size(1), WrittenBy::Host),
+        executed(Outcome::Ok),
+        written(&paths.result, size(2), WrittenBy::Guest),
+        written(&paths.log, size(3), WrittenBy::Guest),
+    ];
+    let mut second = vec![
+        executed(second_outcome),
+        written(&paths.input, size(4), WrittenBy::Host),
+        executed(Outcome::Ok),
+    ];
+    if index % 10 == 3 {
+        second.extend([prune_requested(1_000, size(5)), pruned(size(5))]);
+    } else if index % 25 == 4 {
+        second.extend([delete_requested(), session_deleted(size(6))]);
+    } else {
+        second.extend([
+            file_deleted(&paths.log, WrittenBy::Guest),
+            written(&paths.result, size(7), WrittenBy::Guest),
+        ]);
+    }
+    [first, second]
+}
+
+/// Appends generated sessions to a log, without the hook, continuing
+/// where the last call stopped (same clock, next session number).
+struct Generator {
+    store: EventStore,
+    clock: ManualClock,
+    paths: Paths,
+    sessions: Vec<SessionId>,
+    events: usize,
+    /// How far the clock moves per wave of [`WAVE_SESSIONS`] sessions.
+    wave_step: Duration,
+}
+
+impl Generator {
+    /// A generator for a log of at most `sessions_max` sessions at `path`;
+    /// the clock spans [`LOG_SPAN_DAYS`] over that many.
+    fn new(path: &std::path::Path, sessions_max: usize) -> TestResult<Generator> {
+        let clock = ManualClock::new(T0);
+        let store = EventStore::open(
+            path,
+            OpenOptions::default()
+                .clock(std::sync::Arc::new(clock.clone()))
+                .durability(Durability::Normal),
+        )?;
+        let n_waves = sessions_max.div_ceil(WAVE_SESSIONS).max(1);
+        Ok(Generator {
+            store,
+            clock,
+            paths: Paths::new()?,
+            sessions: Vec::new(),
+            events: 0,
+            wave_step: DAY * LOG_SPAN_DAYS / u32::try_from(n_waves).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Appends waves of sessions until the log holds `sessions_target`
+    /// sessions. Within a wave every session appends its first half, then
+    /// every session its second half, then one `system` event closes it.
+    fn extend_to(&mut self, sessions_target: usize) -> TestResult {
+        while self.sessions.len() < sessions_target {
+            let first_index = self.sessions.len();
+            let wave_len = WAVE_SESSIONS.min(sessions_target - first_index);
+            let wave: Vec<SessionId> = (0..wave_len).map(|_| SessionId::new_v4()).collect();
+            let lives: Vec<[Vec<Event>; 2]> = wave
+                .iter()
+                .enumerate()
+                .map(|(offset, id)| session_life(first_index + offset, *id, &self.paths))
+                .collect();
+            for half in 0..2 {
+                for (session_id, life) in wave.iter().zip(&lives) {
+                    if let Some(events) = life.get(half) {
+                        self.store.append(
+                            session_id.stream(),
+                            ExpectedVersion::Any,
+                            &new_events(events),
+                        )?;
+                        self.events += events.len();
+                    }
+                }
+                self.clock.advance(self.wave_step / 2);
+            }
+            let system = if (first_index / WAVE_SESSIONS).is_multiple_of(2) {
+                prune_run_completed(100, 40_000)
+            } else {
+                reconcile_run_completed(3, 0, 25_000)
+            };
+            self.store.append(
+                StreamId::System,
+                ExpectedVersion::Any,
+                &new_events(&[system]),
+            )?;
+            self.events += 1;
+            self.sessions.extend(wave);
+        }
+        Ok(())
+    }
+}
+
+/// A `/proc/self/status` field in KiB (`VmRSS`, `VmHWM`).
+fn proc_status_kib(field: &str) -> TestResult<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .ok_or_else(|| format!("no {field} in /proc/self/status"))?;
+    let kib = line
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| format!("malformed {line:?}"))?;
+    Ok(kib.parse()?)
+}
+
+/// What one rebuild, run in a fresh child process, measured.
+struct RebuildFigures {
+    events: u64,
+    seconds: f64,
+    /// Resident memory after opening the store, before the rebuild.
+    rss_before_kib: u64,
+    /// The process's peak resident memory, after the rebuild.
+    peak_kib: u64,
+    db_bytes: u64,
+}
+
+impl RebuildFigures {
+    fn peak_delta_kib(&self) -> u64 {
+        self.peak_kib.saturating_sub(self.rss_before_kib)
+    }
+}
+
+/// The environment variable that turns this binary into the rebuild child:
+/// it names the log to rebuild.
+const CHILD_ENV: &str = "SANDLOG_BENCH_REBUILD_CHILD";
+
+/// The child: opens the log cold, rebuilds it, prints
+/// `events seconds rss_before_kib peak_kib` on one line. A fresh process
+/// per rebuild makes its peak RSS its own: no heap left over from
+/// generating the log, no earlier rebuild's high-water mark.
+fn rebuild_child(path: &std::path::Path) -> TestResult {
+    let store = EventStore::open(path, OpenOptions::default().durability(Durability::Normal))?;
+    let rss_before_kib = proc_status_kib("VmRSS:")?;
+    let started = Instant::now();
+    let events = rebuild(&store)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let peak_kib = proc_status_kib("VmHWM:")?;
+    println!("{events} {seconds} {rss_before_kib} {peak_kib}");
+    Ok(())
+}
+
+/// Runs [`rebuild_child`] on `path` and reads its figures.
+fn timed_rebuild(path: &std::path::Path) -> TestResult<RebuildFigures> {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .env(CHILD_ENV, path)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "rebuild child failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut fields = text.split_whitespace();
+    let mut next = || {
+        fields
+            .next()
+            .ok_or_else(|| format!("short output from the rebuild child: {text:?}"))
+    };
+    Ok(RebuildFigures {
+        events: next()?.parse()?,
+        seconds: next()?.parse()?,
+        rss_before_kib: next()?.parse()?,
+        peak_kib: next()?.parse()?,
+        db_bytes: std::fs::metadata(path)?.len(),
+    })
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples
+        .get(samples.len() / 2)
+        .copied()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Median wall time of `runs` prune-candidate queries, and the candidate
+/// count.
+fn time_prune(
+    store: &EventStore,
+    policy: &PrunePolicy,
+    now: Timestamp,
+    runs: usize,
+) -> TestResult<(Duration, usize)> {
+    let mut samples = Vec::with_capacity(runs);
+    let mut candidates = 0;
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        let plan = query::prune_candidates(store, policy, now)?;
+        samples.push(started.elapsed());
+        candidates = plan.candidates.len();
+    }
+    Ok((median(samples), candidates))
+}
+
+struct Row {
+    measure: String,
+    size: String,
+    value: String,
+    target: String,
+    verdict: &'static str,
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "ok" } else { "MISSED" }
+}
+
+fn print_table(rows: &[Row]) {
+    let headers = ["measure", "size", "value", "target", ""];
+    let cells: Vec<[&str; 5]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.measure.as_str(),
+                row.size.as_str(),
+                row.value.as_str(),
+                row.target.as_str(),
+                row.verdict,
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |row: &[&str; 5]| {
+        let padded: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("| {} |", padded.join(" | "));
+    };
+    line(&headers);
+    let rule: Vec<String> = widths.iter().map(|width| "-".repeat(*width)).collect();
+    println!("|-{}-|", rule.join("-|-"));
+    for row in &cells {
+        line(row);
+    }
+}
+
+fn main() -> TestResult {
+    if let Some(path) = std::env::var_os(CHILD_ENV) {
+        return rebuild_child(std::path::Path::new(&path));
+    }
+    let events_big = env_usize("SANDLOG_BENCH_EVENTS", 1_000_000)?;
+    let events_small = env_usize("SANDLOG_BENCH_SMALL_EVENTS", 250_000)?;
+    let events_per_session = env_usize("SANDLOG_BENCH_EVENTS_PER_SESSION", 10)?.max(1);
+    let runs = env_usize("SANDLOG_BENCH_RUNS", 9)?.max(1);
+    let lookups = env_usize("SANDLOG_BENCH_LOOKUPS", 10_000)?.max(1);
+    // SANDLOG_BENCH_DIR keeps the log (for profiling a rebuild with
+    // `SANDLOG_BENCH_REBUILD_CHILD=<dir>/log.db perf record …`).
+    let temporary = tempfile::Builder::new()
+        .prefix("sandlog-bench-projections-")
+        .tempdir()?;
+    let directory = std::env::var_os("SANDLOG_BENCH_DIR")
+        .map_or_else(|| temporary.path().to_owned(), std::path::PathBuf::from);
+    let log_path = directory.join("log.db");
+    if log_path.exists() {
+        return Err(format!("{} exists; remove it first", log_path.display()).into());
+    }
+    let sessions_big = (events_big / events_per_session).max(1);
+    let sessions_small = (events_small / events_per_session).clamp(1, sessions_big);
+    let mut rows = Vec::new();
+
+    // One log, rebuilt when it holds the small number of events and again
+    // when it holds the big one, each time by a fresh process.
+    let mut generator = Generator::new(&log_path, sessions_big)?;
+    let mut rebuilds = Vec::new();
+    for sessions_target in [sessions_small, sessions_big] {
+        let started = Instant::now();
+        generator.extend_to(sessions_target)?;
+        eprintln!(
+            "log extended to {} events in {:.1?}",
+            generator.events,
+            started.elapsed()
+        );
+        rebuilds.push(timed_rebuild(&log_path)?);
+    }
+    let Generator {
+        store: generating_store,
+        clock,
+        sessions,
+        ..
+    } = generator;
+    drop(generating_store);
+
+    for figures in &rebuilds {
+        let rate = figures.events as f64 / figures.seconds.max(f64::EPSILON);
+        rows.push(Row {
+            measure: "rebuild".into(),
+            size: format!(
+                "{} events, {} MiB file",
+                figures.events,
+                figures.db_bytes >> 20
+            ),
+            value: format!("{rate:.0} events/s ({:.2} s)", figures.seconds),
+            target: format!(">= {REBUILD_EVENTS_PER_SECOND_MIN:.0} events/s"),
+            verdict: verdict(rate >= REBUILD_EVENTS_PER_SECOND_MIN),
+        });
+    }
+    for figures in &rebuilds {
+        rows.push(Row {
+            measure: "rebuild peak RSS (over RSS after open)".into(),
+            size: format!("{} events", figures.events),
+            value: format!(
+                "{:.1} MiB (peak {:.1} MiB)",
+                figures.peak_delta_kib() as f64 / 1024.0,
+                figures.peak_kib as f64 / 1024.0
+            ),
+            target: "flat in log length".into(),
+            verdict: "",
+        });
+    }
+    if let (Some(small), Some(big)) = (rebuilds.first(), rebuilds.last()) {
+        let log_growth = big.events as f64 / small.events.max(1) as f64;
+        let memory_growth = big.peak_delta_kib() as f64 / small.peak_delta_kib().max(1) as f64;
+        rows.push(Row {
+            measure: "rebuild peak RSS growth".into(),
+            size: format!("log x{log_growth:.1}"),
+            value: format!("memory x{memory_growth:.2}"),
+            target: "x <= 1.25".into(),
+            verdict: verdict(memory_growth <= 1.25),
+        });
+    }
+
+    let store = EventStore::open(&log_path, OpenOptions::default())?;
+    let now = sandlog_core::Clock::now(&clock);
+    let n_sessions = sessions.len();
+    let active = query::stats(&store)?
+        .sessions
+        .get("active")
+        .copied()
+        .unwrap_or(0);
+    // The oldest ~2% of the log by time: the first waves.
+    let few_older_than = DAY * LOG_SPAN_DAYS - (DAY * LOG_SPAN_DAYS) / 50;
+    let policies = [
+        (
+            "age: ~all candidates",
+            PrunePolicy::older_than(Duration::ZERO),
+        ),
+        (
+            "age: few candidates",
+            PrunePolicy::older_than(few_older_than),
+        ),
+        (
+            "retention: max_sessions 90% of active",
+            PrunePolicy {
+                older_than: DAY * 10_000,
+                max_sessions: Some(active * 9 / 10),
+                ..PrunePolicy::default()
+            },
+        ),
+        (
+            "retention: max_total_bytes 1 GB",
+            PrunePolicy {
+                older_than: DAY * 10_000,
+                max_total_bytes: Some(1_000_000_000),
+                ..PrunePolicy::default()
+            },
+        ),
+        (
+            "age, max_deletions 100",
+            PrunePolicy {
+                older_than: Duration::ZERO,
+                max_deletions: Some(100),
+                ..PrunePolicy::default()
+            },
+        ),
+    ];
+    for (name, policy) in &policies {
+        let (latency, candidates) = time_prune(&store, policy, now, runs)?;
+        let ms = latency.as_secs_f64() * 1e3;
+        rows.push(Row {
+            measure: format!("prune candidates, {name}"),
+            size: format!("{n_sessions} sessions, {candidates} candidates"),
+            value: format!("{ms:.2} ms (median of {runs})"),
+            target: format!("<= {PRUNE_QUERY_MS_MAX} ms"),
+            verdict: verdict(ms <= PRUNE_QUERY_MS_MAX),
+        });
+    }
+
+    let mut samples = Vec::with_capacity(lookups);
+    let stride = (n_sessions / lookups).max(1);
+    let mut found = 0usize;
+    for session_id in sessions.iter().step_by(stride).take(lookups) {
+        let started = Instant::now();
+        let summary = query::session(&store, *session_id)?;
+        samples.push(started.elapsed());
+        found += usize::from(summary.is_some());
+    }
+    let looked_up = samples.len();
+    let us = median(samples).as_secs_f64() * 1e6;
+    rows.push(Row {
+        measure: "session lookup".into(),
+        size: format!("{n_sessions} sessions, {looked_up} lookups, {found} found"),
+        value: format!("{us:.1} us (median)"),
+        target: format!("<= {LOOKUP_US_MAX} us"),
+        verdict: verdict(us <= LOOKUP_US_MAX),
+    });
+
+    print_table(&rows);
+    Ok(())
+}
