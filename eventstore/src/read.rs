@@ -59,12 +59,21 @@ fn u64_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Re
     }
 }
 
-fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<String> {
+fn str_column<'row>(
+    row: &'row Row<'_>,
+    index: usize,
+    position: Position,
+    name: &str,
+) -> Result<&'row str> {
     match row.get_ref(index)? {
-        ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec())
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes)
             .map_err(|_| malformed(position, format!("{name} is not UTF-8"))),
         _ => Err(malformed(position, format!("{name} is not text"))),
     }
+}
+
+fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<String> {
+    str_column(row, index, position, name).map(str::to_owned)
 }
 
 /// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`] (read
@@ -72,9 +81,9 @@ fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> R
 /// A row of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
 pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
     let position = Position(u64_column(row, 0, Position::ZERO, "position")?);
-    let stream_text = text_column(row, 1, position, "stream")?;
-    let stream =
-        StreamId::parse(&stream_text).map_err(|error| malformed(position, error.to_string()))?;
+    // Parsed in place: the envelope keeps the `StreamId`, not the text.
+    let stream = StreamId::parse(str_column(row, 1, position, "stream")?)
+        .map_err(|error| malformed(position, error.to_string()))?;
     let event_id = uuid_column(row, 3, position, "event_id")?
         .ok_or_else(|| malformed(position, "event_id is null"))?;
     let payload = match row.get_ref(10)? {

@@ -13,7 +13,7 @@ use crate::error::{ProjectionError, Result};
 use crate::prune::{
     ActiveSession, LEGACY_SKIP_REASON, PruneCandidate, PrunePlanner, SkippedSession,
 };
-use crate::read_model::{load_files, load_session, load_stats};
+use crate::read_model::{load_active_totals, load_files, load_session, load_stats};
 use crate::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
 
 /// A session without its file list.
@@ -295,6 +295,15 @@ pub struct PrunePlan {
     pub skipped: Vec<SkippedSession>,
 }
 
+/// A session id column, parsed from the row's bytes in place (no `String`
+/// per row: a prune may read 100,000).
+fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId> {
+    let text = row.get_ref(index)?.as_str().map_err(|_| {
+        ProjectionError::Corrupt(format!("session id in column {index} is not text"))
+    })?;
+    SessionId::parse(text).map_err(|_| ProjectionError::Corrupt(format!("session id {text:?}")))
+}
+
 /// Prune candidates for `policy` at `now` (P1, P6). Walks the covering
 /// index oldest first and stops as soon as the planner is done.
 pub fn prune_candidates(
@@ -303,19 +312,14 @@ pub fn prune_candidates(
     now: Timestamp,
 ) -> Result<PrunePlan> {
     store.with_reader(|connection| {
+        // The totals are kept by the read model (counting 100,000 rows took
+        // most of a retention query's time).
         let (active_sessions, active_bytes) = if PrunePlanner::needs_totals(policy) {
-            connection
-                .prepare_cached("SELECT count(*), coalesce(sum(bytes), 0) FROM rm_sessions WHERE status = 'active'")?
-                .query_row([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))?
+            load_active_totals(connection)?
         } else {
             (0, 0)
         };
-        let mut planner = PrunePlanner::new(
-            policy.clone(),
-            now,
-            u64::try_from(active_sessions).unwrap_or(0),
-            u64::try_from(active_bytes).unwrap_or(0),
-        );
+        let mut planner = PrunePlanner::new(policy.clone(), now, active_sessions, active_bytes);
         {
             let mut statement = connection.prepare_cached(
                 "SELECT session_id, updated_at, bytes, version FROM rm_sessions \
@@ -323,9 +327,7 @@ pub fn prune_candidates(
             )?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
-                let id_text: String = row.get(0)?;
-                let session_id = SessionId::parse(&id_text)
-                    .map_err(|_| ProjectionError::Corrupt(format!("session id {id_text:?}")))?;
+                let session_id = session_id_column(row, 0)?;
                 let session = ActiveSession {
                     session_id,
                     updated_at: Timestamp::from_unix_micros(row.get(1)?),
@@ -342,9 +344,7 @@ pub fn prune_candidates(
             .prepare_cached("SELECT session_id FROM rm_sessions WHERE status = 'active' AND legacy = 1 ORDER BY session_id")?;
         let mut rows = statement.query(params![])?;
         while let Some(row) = rows.next()? {
-            let id_text: String = row.get(0)?;
-            let session_id =
-                SessionId::parse(&id_text).map_err(|_| ProjectionError::Corrupt(format!("session id {id_text:?}")))?;
+            let session_id = session_id_column(row, 0)?;
             skipped.push(SkippedSession { session_id, reason: LEGACY_SKIP_REASON.to_owned() });
         }
         Ok(PrunePlan { candidates: planner.finish(), skipped })

@@ -16,7 +16,8 @@
 //! [`READ_MODEL_VERSION`] means the tables' shape changed: they are dropped
 //! and rebuilt from position 0.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rusqlite::types::ValueRef;
@@ -35,7 +36,10 @@ use crate::state::{
 
 /// The shape of the read-model tables. Bump it when they change: stores
 /// with another version rebuild on open.
-pub const READ_MODEL_VERSION: i64 = 1;
+///
+/// 2: `rm_sessions_by_age` orders by `(updated_at, session_id)`, and
+/// `rm_totals` holds the active totals.
+pub const READ_MODEL_VERSION: i64 = 2;
 
 /// Events folded per transaction during catch-up and rebuild. Bounds the
 /// memory of the partial state (it is flushed and cleared per chunk) and how
@@ -63,9 +67,11 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
     last_position INTEGER NOT NULL
 ) WITHOUT ROWID;
 -- Prune candidates: active, not legacy, oldest first; covering, so the
--- candidate scan never touches the table.
+-- candidate scan never touches the table. session_id comes right after
+-- updated_at so the index order is exactly the candidates' order
+-- (updated_at, session_id) and the scan needs no sort step.
 CREATE INDEX IF NOT EXISTS rm_sessions_by_age
-    ON rm_sessions (status, legacy, updated_at, bytes, version);
+    ON rm_sessions (status, legacy, updated_at, session_id, bytes, version);
 CREATE TABLE IF NOT EXISTS rm_files (
     session_id TEXT    NOT NULL,
     path       TEXT    NOT NULL,
@@ -78,10 +84,19 @@ CREATE TABLE IF NOT EXISTS rm_stats (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     json TEXT NOT NULL
 );
+-- Active sessions (legacy included) and their bytes: the totals the
+-- retention limits of a prune policy start from. Kept by deltas at every
+-- flush, so a prune does not count 100,000 rows first.
+CREATE TABLE IF NOT EXISTS rm_totals (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    active_sessions INTEGER NOT NULL,
+    active_bytes    INTEGER NOT NULL
+);
 "#;
 
 const DROP: &str = "DROP TABLE IF EXISTS rm_checkpoint; DROP TABLE IF EXISTS rm_sessions; \
-                    DROP TABLE IF EXISTS rm_files; DROP TABLE IF EXISTS rm_stats;";
+                    DROP TABLE IF EXISTS rm_files; DROP TABLE IF EXISTS rm_stats; \
+                    DROP TABLE IF EXISTS rm_totals;";
 
 fn corrupt(what: impl Into<String>) -> ProjectionError {
     ProjectionError::Corrupt(what.into())
@@ -97,7 +112,13 @@ fn to_u64(value: i64) -> u64 {
 
 /// The read-model tables. If any is missing the read model is absent as a
 /// whole: [`checkpoint`] says so and [`install`] rebuilds it.
-const TABLES: [&str; 4] = ["rm_checkpoint", "rm_sessions", "rm_files", "rm_stats"];
+const TABLES: [&str; 5] = [
+    "rm_checkpoint",
+    "rm_sessions",
+    "rm_files",
+    "rm_stats",
+    "rm_totals",
+];
 
 /// Reads the checkpoint: `(position, model_version)`, or `None` when the
 /// read model is absent: not created yet, or damaged (a table or the
@@ -110,7 +131,7 @@ const TABLES: [&str; 4] = ["rm_checkpoint", "rm_sessions", "rm_files", "rm_stats
 fn checkpoint(connection: &Connection) -> Result<Option<(Position, i64)>> {
     let present: usize = connection
         .prepare_cached(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2, ?3, ?4)",
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2, ?3, ?4, ?5)",
         )?
         .query_row(TABLES, |row| row.get(0))?;
     if present != TABLES.len() {
@@ -130,7 +151,20 @@ fn reset(connection: &Connection) -> Result<()> {
         "INSERT INTO rm_checkpoint (id, position, model_version) VALUES (1, 0, ?1)",
         [READ_MODEL_VERSION],
     )?;
+    connection.execute(
+        "INSERT INTO rm_totals (id, active_sessions, active_bytes) VALUES (1, 0, 0)",
+        [],
+    )?;
     Ok(())
+}
+
+/// What one session adds to `rm_totals`: one session and its bytes while
+/// it is active, nothing otherwise.
+fn active_share(session: Option<&SessionState>) -> (i64, i64) {
+    match session {
+        Some(session) if session.status == SessionStatus::Active => (1, to_i64(session.bytes)),
+        _ => (0, 0),
+    }
 }
 
 /// Loads one session (with its files) from the tables.
@@ -234,6 +268,14 @@ pub(crate) fn load_files(
     Ok(files)
 }
 
+/// `(active sessions, their bytes)` from `rm_totals`.
+pub(crate) fn load_active_totals(connection: &Connection) -> Result<(u64, u64)> {
+    let (sessions, bytes): (i64, i64) = connection
+        .prepare_cached("SELECT active_sessions, active_bytes FROM rm_totals WHERE id = 1")?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok((to_u64(sessions), to_u64(bytes)))
+}
+
 pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
     let json: Option<String> = connection
         .prepare_cached("SELECT json FROM rm_stats WHERE id = 1")?
@@ -251,7 +293,9 @@ pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
 struct Batch<'c> {
     connection: &'c Connection,
     state: State,
-    loaded: HashSet<SessionId>,
+    /// Sessions looked up in the tables, each with its share of
+    /// `rm_totals` as loaded (zero if it had no row).
+    loaded: HashMap<SessionId, (i64, i64)>,
     dirty_sessions: BTreeSet<SessionId>,
     dirty_files: BTreeSet<(SessionId, WorkspacePath)>,
     stats_dirty: bool,
@@ -267,18 +311,28 @@ impl<'c> Batch<'c> {
                 stats,
                 position,
             },
-            loaded: HashSet::new(),
+            loaded: HashMap::new(),
             dirty_sessions: BTreeSet::new(),
             dirty_files: BTreeSet::new(),
             stats_dirty: false,
         })
     }
 
-    fn ensure_loaded(&mut self, session_id: SessionId) -> Result<()> {
-        if self.loaded.insert(session_id)
-            && let Some(session) = load_session(self.connection, session_id)?
-        {
-            self.state.sessions.insert(session_id, session);
+    /// Loads `session_id` into the partial state unless it is there already.
+    /// `first_in_stream`: the event is its stream's first (version 1), so no
+    /// row can exist (rows come only from the stream's own events, and the
+    /// checkpoint says every earlier event is folded): the lookup, a miss
+    /// for every new session, is skipped.
+    fn ensure_loaded(&mut self, session_id: SessionId, first_in_stream: bool) -> Result<()> {
+        if let Entry::Vacant(entry) = self.loaded.entry(session_id) {
+            let session = match first_in_stream {
+                true => None,
+                false => load_session(self.connection, session_id)?,
+            };
+            entry.insert(active_share(session.as_ref()));
+            if let Some(session) = session {
+                self.state.sessions.insert(session_id, session);
+            }
         }
         Ok(())
     }
@@ -305,7 +359,7 @@ impl<'c> Batch<'c> {
             }
         };
         if let Some(session_id) = envelope.session() {
-            self.ensure_loaded(session_id)?;
+            self.ensure_loaded(session_id, envelope.version == StreamVersion(1))?;
             // The file rows this event may change: exactly the ones whose
             // presence or contents the fold can alter.
             if let Some(session) = self.state.sessions.get(&session_id) {
@@ -402,6 +456,22 @@ impl<'c> Batch<'c> {
                     None => delete_file.execute(params![session_id.to_string(), path.as_str()])?,
                 };
             }
+        }
+        let (mut sessions_delta, mut bytes_delta) = (0i64, 0i64);
+        for session_id in &self.dirty_sessions {
+            let (sessions_before, bytes_before) =
+                self.loaded.get(session_id).copied().unwrap_or((0, 0));
+            let (sessions_after, bytes_after) = active_share(self.state.sessions.get(session_id));
+            sessions_delta += sessions_after - sessions_before;
+            bytes_delta += bytes_after - bytes_before;
+        }
+        if (sessions_delta, bytes_delta) != (0, 0) {
+            connection
+                .prepare_cached(
+                    "UPDATE rm_totals SET active_sessions = active_sessions + ?1, \
+                     active_bytes = active_bytes + ?2 WHERE id = 1",
+                )?
+                .execute([sessions_delta, bytes_delta])?;
         }
         if self.stats_dirty {
             let json = serde_json::to_string(&self.state.stats)

@@ -156,7 +156,9 @@ fn limits_end_runs_as_outcomes() -> TestResult {
     assert_eq!(run.outcome, Outcome::Timeout);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 
-    let run = root.engine.execute(id, &ExecRequest::python("x = bytearray(4 * 1024**3)"))?;
+    // 4 GiB in 512 MiB pieces (one 4 GiB object does not fit wasm32's
+    // index size and fails before asking for memory).
+    let run = root.engine.execute(id, &ExecRequest::python("chunks = [bytearray(512 * 1024**2) for _ in range(8)]"))?;
     assert_eq!(run.outcome, Outcome::Memory);
 
     let mut request = ExecRequest::python("import sys\nfor _ in range(100): sys.stdout.write('x' * 1_000_000)");

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use sandlog_core::event::{MetadataStatus, Outcome, WrittenBy};
 use sandlog_core::{Position, PrunePolicy, SessionId, StreamId, Timestamp};
 use sandlog_eventstore::ExpectedVersion;
-use sandlog_projections::prune::{LEGACY_SKIP_REASON, SelectedBy};
+use sandlog_projections::prune::{self, ActiveSession, LEGACY_SKIP_REASON, SelectedBy};
 use sandlog_projections::query::{self, FileView, TreeNode};
 use sandlog_projections::replay::{self, Cut};
 use sandlog_projections::{
@@ -58,6 +58,48 @@ fn assert_read_model_matches_fold(harness: &ProjectionStore) -> TestResult<State
     assert_eq!(checkpoint_position(&harness.store)?, state.position);
     assert_eq!(state.position, harness.store.head()?.position);
     Ok(state)
+}
+
+/// Asserts that the SQL prune query (an index walk starting from the
+/// totals the read model keeps) plans exactly what the pure planner plans
+/// over the fold's active sessions, for age and retention policies (P1,
+/// P6).
+fn assert_prune_matches_pure_planner(harness: &ProjectionStore, state: &State) -> TestResult {
+    let active: Vec<(ActiveSession, bool)> = state
+        .sessions
+        .values()
+        .filter(|session| session.status == SessionStatus::Active)
+        .map(|session| {
+            let offered = ActiveSession {
+                session_id: session.session_id,
+                updated_at: session.updated_at.unwrap_or(Timestamp::EPOCH),
+                bytes: session.bytes,
+                version: session.version,
+            };
+            (offered, session.legacy)
+        })
+        .collect();
+    let now = harness.now();
+    for policy in [
+        PrunePolicy::older_than(HOUR),
+        PrunePolicy {
+            older_than: DAY * 365,
+            max_sessions: Some(1),
+            ..PrunePolicy::default()
+        },
+        PrunePolicy {
+            older_than: DAY * 365,
+            max_total_bytes: Some(5_000),
+            max_deletions: Some(2),
+            ..PrunePolicy::default()
+        },
+    ] {
+        let (candidates, skipped) = prune::plan(&policy, now, &active);
+        let from_sql = query::prune_candidates(&harness.store, &policy, now)?;
+        assert_eq!(from_sql.candidates, candidates, "{policy:?}");
+        assert_eq!(from_sql.skipped, skipped, "{policy:?}");
+    }
+    Ok(())
 }
 
 /// The (id, age, bytes, reason) of each candidate, in order.
@@ -185,9 +227,12 @@ fn check_history(steps: &[Step]) -> TestResult {
     let skipped: Vec<SessionId> = plan.skipped.iter().map(|s| s.session_id).collect();
     assert_eq!(skipped, active(true).collect::<Vec<_>>());
 
+    assert_prune_matches_pure_planner(&harness, &state)?;
+
     // (3) rebuild from position 0 == fold.
     assert_eq!(rebuild(&harness.store)?, envelopes.len() as u64);
     assert_eq!(assert_read_model_matches_fold(&harness)?, state);
+    assert_prune_matches_pure_planner(&harness, &state)?;
     Ok(())
 }
 
