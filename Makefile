@@ -25,4 +25,5 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: runtimes
+	cargo build --release -p sandlog-cli
 	cargo bench -p sandlog-tests

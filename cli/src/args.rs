@@ -13,10 +13,21 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 integrity failure,
 /// 5 guest failure.
 #[derive(Debug, Parser)]
-#[command(name = "sandlog", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "sandlog",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// The root directory (holds sandlog.db, workspaces/, cache/).
-    #[arg(long, global = true, env = "SANDLOG_ROOT", default_value = "./sandlog-data", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "SANDLOG_ROOT",
+        default_value = "./sandlog-data",
+        value_name = "DIR"
+    )]
     pub root: PathBuf,
 
     /// Print one JSON document on stdout (JSON Lines for `log`); errors as

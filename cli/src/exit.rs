@@ -65,10 +65,15 @@ impl CliError {
             CliError::Runtime(error) => {
                 if error.is_integrity() {
                     EXIT_INTEGRITY
-                } else if error.is_not_found() || matches!(error, RuntimeError::RuntimeMissing { .. }) {
+                } else if error.is_not_found()
+                    || matches!(error, RuntimeError::RuntimeMissing { .. })
+                {
                     EXIT_NOT_FOUND
                 } else if matches!(error, RuntimeError::Invalid(_)) {
-                    if matches!(error, RuntimeError::Invalid(sandlog_runtime::core::CoreError::InvalidPath { .. })) {
+                    if matches!(
+                        error,
+                        RuntimeError::Invalid(sandlog_runtime::core::CoreError::InvalidPath { .. })
+                    ) {
                         EXIT_FAILURE
                     } else {
                         EXIT_USAGE
@@ -83,14 +88,22 @@ impl CliError {
 
 /// Turns a malformed-input error from `sandlog-core` into a usage error.
 pub fn usage(error: sandlog_runtime::core::CoreError) -> CliError {
-    CliError::Usage { kind: error.kind(), message: error.to_string() }
+    CliError::Usage {
+        kind: error.kind(),
+        message: error.to_string(),
+    }
 }
 
 /// Reports a clap error: help and version go to stdout with 0; anything
 /// else is a usage error (2), as JSON if `--json` was on the command line.
 pub fn usage_error(error: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         let _ = error.print();
         return if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
             ExitCode::from(EXIT_USAGE)
@@ -100,7 +113,12 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
     }
     if std::env::args().any(|arg| arg == "--json") {
         let message = error.render().to_string();
-        let message = message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
+        let message = message
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned();
         let document = serde_json::json!({"error": {"kind": "usage", "message": message}});
         eprintln!("{document}");
     } else {

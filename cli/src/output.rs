@@ -50,29 +50,45 @@ impl Output {
         let mut stdout = std::io::stdout().lock();
         match writeln!(stdout, "{text}") {
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => other.map_err(|source| CliError::Io { context: "writing to stdout".into(), source }),
+            other => other.map_err(|source| CliError::Io {
+                context: "writing to stdout".into(),
+                source,
+            }),
         }
     }
 
     /// Bold, if colour is on.
     pub fn bold(&self, text: &str) -> String {
-        if self.color { format!("\x1b[1m{text}\x1b[0m") } else { text.to_owned() }
+        if self.color {
+            format!("\x1b[1m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
     }
 
     /// Green, if colour is on.
     pub fn good(&self, text: &str) -> String {
-        if self.color { format!("\x1b[32m{text}\x1b[0m") } else { text.to_owned() }
+        if self.color {
+            format!("\x1b[32m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
     }
 
     /// Red, if colour is on.
     pub fn bad(&self, text: &str) -> String {
-        if self.color { format!("\x1b[31m{text}\x1b[0m") } else { text.to_owned() }
+        if self.color {
+            format!("\x1b[31m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
     }
 
     /// Reports an error on stderr.
     pub fn error(&self, error: &CliError) {
         if self.json {
-            let document = serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
+            let document =
+                serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
             eprintln!("{document}");
         } else {
             eprintln!("sandlog: error: {error}");

@@ -12,11 +12,17 @@ use crate::output::Output;
 /// A table with a header, styled for the terminal (plain elsewhere).
 pub fn table(output: &Output, header: &[&str]) -> Table {
     let mut table = Table::new();
-    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
+    table
+        .load_preset(presets::UTF8_HORIZONTAL_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic);
     if !output.color {
         table.force_no_tty();
     }
-    table.set_header(header.iter().map(|name| Cell::new(name).add_attribute(comfy_table::Attribute::Bold)));
+    table.set_header(
+        header
+            .iter()
+            .map(|name| Cell::new(name).add_attribute(comfy_table::Attribute::Bold)),
+    );
     table
 }
 
@@ -27,7 +33,12 @@ pub fn time(timestamp: Option<Timestamp>) -> String {
 
 /// Sessions as a table.
 pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
-    let mut table = table(output, &["session", "status", "created", "updated", "execs", "files", "size", "legacy"]);
+    let mut table = table(
+        output,
+        &[
+            "session", "status", "created", "updated", "execs", "files", "size", "legacy",
+        ],
+    );
     for session in sessions {
         table.add_row(vec![
             session.session_id.to_string(),
@@ -37,7 +48,11 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             session.exec_count.to_string(),
             session.file_count.to_string(),
             format_size(session.bytes),
-            if session.legacy { "yes".to_owned() } else { String::new() },
+            if session.legacy {
+                "yes".to_owned()
+            } else {
+                String::new()
+            },
         ]);
     }
     table
@@ -55,7 +70,11 @@ pub fn describe(envelope: &Envelope) -> String {
             if created.labels.is_empty() {
                 "session created".to_owned()
             } else {
-                let labels: Vec<String> = created.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let labels: Vec<String> = created
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 format!("session created ({})", labels.join(", "))
             }
         }
@@ -63,18 +82,30 @@ pub fn describe(envelope: &Envelope) -> String {
             "adopted from {} (metadata {:?}{})",
             adopted.source,
             adopted.metadata,
-            adopted.created_at.map_or(String::new(), |t| format!(", created {t}"))
+            adopted
+                .created_at
+                .map_or(String::new(), |t| format!(", created {t}"))
         ),
         Event::SessionExecuted(executed) => format!(
             "executed {} ({} bytes of code) → {}{} in {}, fuel {}{}{}",
             executed.runtime,
             executed.code_bytes,
             executed.outcome.as_str(),
-            executed.exit_code.map_or(String::new(), |code| format!(" (exit {code})")),
+            executed
+                .exit_code
+                .map_or(String::new(), |code| format!(" (exit {code})")),
             format_duration(std::time::Duration::from_micros(executed.duration_us)),
             executed.fuel_consumed.unwrap_or(0),
-            if executed.stdout_truncated { ", stdout truncated" } else { "" },
-            if executed.stderr_truncated { ", stderr truncated" } else { "" },
+            if executed.stdout_truncated {
+                ", stdout truncated"
+            } else {
+                ""
+            },
+            if executed.stderr_truncated {
+                ", stderr truncated"
+            } else {
+                ""
+            },
         ),
         Event::FileWritten(file) => format!(
             "{} {} ({}, blake3 {})",
@@ -88,21 +119,37 @@ pub fn describe(envelope: &Envelope) -> String {
             short_hash(&file.blake3.to_hex())
         )
         .to_lowercase_first(),
-        Event::FileDeleted(file) => format!("{:?} deleted {}", file.by, file.path).to_lowercase_first(),
+        Event::FileDeleted(file) => {
+            format!("{:?} deleted {}", file.by, file.path).to_lowercase_first()
+        }
         Event::SessionPruneRequested(intent) => format!(
             "prune requested (idle {}, threshold {}, {})",
             format_duration(std::time::Duration::from_micros(intent.age_us)),
             format_duration(std::time::Duration::from_micros(intent.threshold_us)),
             format_size(intent.size_bytes)
         ),
-        Event::SessionPruned(pruned) => format!("pruned, {} reclaimed", format_size(pruned.reclaimed_bytes)),
+        Event::SessionPruned(pruned) => {
+            format!("pruned, {} reclaimed", format_size(pruned.reclaimed_bytes))
+        }
         Event::SessionPruneFailed(failed) => format!("prune failed: {}", failed.error),
         Event::SessionDeleteRequested(intent) => format!("delete requested: {}", intent.reason),
-        Event::SessionDeleted(deleted) => format!("deleted, {} reclaimed", format_size(deleted.reclaimed_bytes)),
+        Event::SessionDeleted(deleted) => format!(
+            "deleted, {} reclaimed",
+            format_size(deleted.reclaimed_bytes)
+        ),
         Event::WorkspaceOrphanQuarantined(orphan) => {
-            format!("orphan {} ({}) moved to {}", orphan.dir_name, format_size(orphan.bytes), orphan.moved_to)
+            format!(
+                "orphan {} ({}) moved to {}",
+                orphan.dir_name,
+                format_size(orphan.bytes),
+                orphan.moved_to
+            )
         }
-        Event::WorkspaceOrphanPurged(orphan) => format!("orphan {} ({}) purged", orphan.dir_name, format_size(orphan.bytes)),
+        Event::WorkspaceOrphanPurged(orphan) => format!(
+            "orphan {} ({}) purged",
+            orphan.dir_name,
+            format_size(orphan.bytes)
+        ),
         Event::WorkspaceDriftDetected(detected) => {
             let items: Vec<String> = detected.drift.iter().map(describe_drift).collect();
             format!("drift: {}", items.join("; "))

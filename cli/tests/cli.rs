@@ -2,6 +2,8 @@
 //! form, every documented exit code, and bad input. Runs the real binary on
 //! temporary roots with the real python.wasm.
 
+#![cfg(test)]
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -16,8 +18,12 @@ fn repo() -> PathBuf {
 /// The binary with a root, the runtimes and the shared module cache.
 fn sandlog(root: &Path) -> Command {
     let mut command = Command::cargo_bin("sandlog").unwrap();
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
+    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".runtimes"));
+    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
     command
         .env_remove("SANDLOG_ROOT")
         .env("SANDLOG_RUNTIMES_DIR", runtimes)
@@ -29,7 +35,8 @@ fn sandlog(root: &Path) -> Command {
 }
 
 fn json(output: &[u8]) -> Value {
-    serde_json::from_slice(output).unwrap_or_else(|error| panic!("not JSON ({error}): {}", String::from_utf8_lossy(output)))
+    serde_json::from_slice(output)
+        .unwrap_or_else(|error| panic!("not JSON ({error}): {}", String::from_utf8_lossy(output)))
 }
 
 fn init() -> (tempfile::TempDir, PathBuf) {
@@ -40,7 +47,13 @@ fn init() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn create(root: &Path) -> String {
-    let out = sandlog(root).args(["--json", "session", "create", "--label", "team=qa"]).assert().success().get_output().stdout.clone();
+    let out = sandlog(root)
+        .args(["--json", "session", "create", "--label", "team=qa"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     json(&out)["session_id"].as_str().unwrap().to_owned()
 }
 
@@ -49,10 +62,20 @@ fn create(root: &Path) -> String {
 fn init_creates_the_root() -> TestResult {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("r");
-    let out = sandlog(&root).args(["--json", "init"]).assert().success().get_output().stdout.clone();
+    let out = sandlog(&root)
+        .args(["--json", "init"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert!(json(&out)["root"].as_str().unwrap().ends_with("/r"));
     assert!(root.join("sandlog.db").is_file());
-    sandlog(&root).arg("init").assert().success().stdout_has("initialised");
+    sandlog(&root)
+        .arg("init")
+        .assert()
+        .success()
+        .stdout_has("initialised");
     Ok(())
 }
 
@@ -82,23 +105,81 @@ impl Contains for assert_cmd::assert::Assert {
 fn session_commands_work_in_json_and_human_form() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
-    let show = json(&sandlog(&root).args(["--json", "session", "show", &id]).assert().success().get_output().stdout);
-    for key in ["session_id", "created_at", "updated_at", "version", "status", "exec_count", "bytes", "files", "legacy"] {
+    let show = json(
+        &sandlog(&root)
+            .args(["--json", "session", "show", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    for key in [
+        "session_id",
+        "created_at",
+        "updated_at",
+        "version",
+        "status",
+        "exec_count",
+        "bytes",
+        "files",
+        "legacy",
+    ] {
         assert!(show.get(key).is_some(), "missing {key} in {show}");
     }
     assert_eq!(show["version"], 1);
     assert_eq!(show["status"], "active");
     assert_eq!(show["created_at"], show["updated_at"]);
-    let list = json(&sandlog(&root).args(["--json", "session", "list", "--status", "active"]).assert().success().get_output().stdout);
+    let list = json(
+        &sandlog(&root)
+            .args(["--json", "session", "list", "--status", "active"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(list.as_array().unwrap().len(), 1);
-    let human = sandlog(&root).args(["session", "list"]).assert().success().get_output().stdout.clone();
+    let human = sandlog(&root)
+        .args(["session", "list"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert!(String::from_utf8(human)?.contains(&id));
-    let timeline = json(&sandlog(&root).args(["--json", "session", "timeline", &id]).assert().success().get_output().stdout);
+    let timeline = json(
+        &sandlog(&root)
+            .args(["--json", "session", "timeline", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(timeline[0]["kind"], "session.created");
-    sandlog(&root).args(["session", "timeline", &id]).assert().success().stdout_has("session created (team=qa)");
-    let deleted = json(&sandlog(&root).args(["--json", "session", "delete", &id]).assert().success().get_output().stdout);
+    sandlog(&root)
+        .args(["session", "timeline", &id])
+        .assert()
+        .success()
+        .stdout_has("session created (team=qa)");
+    let deleted = json(
+        &sandlog(&root)
+            .args(["--json", "session", "delete", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(deleted["session_id"], id.as_str());
-    assert_eq!(json(&sandlog(&root).args(["--json", "session", "show", &id]).assert().success().get_output().stdout)["status"], "deleted");
+    assert_eq!(
+        json(
+            &sandlog(&root)
+                .args(["--json", "session", "show", &id])
+                .assert()
+                .success()
+                .get_output()
+                .stdout
+        )["status"],
+        "deleted"
+    );
     Ok(())
 }
 
@@ -108,8 +189,30 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
 fn exec_passes_output_through_and_exits_5_on_guest_failure() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
-    sandlog(&root).args(["exec", &id, "--code", "print('hi'); open('a.txt','w').write('x')"]).assert().success().stdout("hi\n");
-    let out = json(&sandlog(&root).args(["--json", "exec", &id, "--code", "import os; os.remove('a.txt'); print(2)"]).assert().success().get_output().stdout);
+    sandlog(&root)
+        .args([
+            "exec",
+            &id,
+            "--code",
+            "print('hi'); open('a.txt','w').write('x')",
+        ])
+        .assert()
+        .success()
+        .stdout("hi\n");
+    let out = json(
+        &sandlog(&root)
+            .args([
+                "--json",
+                "exec",
+                &id,
+                "--code",
+                "import os; os.remove('a.txt'); print(2)",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(out["outcome"], "ok");
     assert_eq!(out["exit_code"], 0);
     assert_eq!(out["stdout"], "2\n");
@@ -117,10 +220,35 @@ fn exec_passes_output_through_and_exits_5_on_guest_failure() -> TestResult {
     for key in ["stderr", "fuel_consumed", "duration_ms", "files_written"] {
         assert!(out.get(key).is_some(), "missing {key}");
     }
-    sandlog(&root).args(["exec", &id, "-"]).write_stdin("print(6 * 7)").assert().success().stdout("42\n");
-    sandlog(&root).args(["exec", &id, "--code", "import sys; sys.exit(3)"]).assert().code(5);
-    let timeout = sandlog(&root).args(["--json", "exec", &id, "--timeout", "300ms", "--code", "while True: pass"]).assert().code(5).get_output().stdout.clone();
-    assert!(matches!(json(&timeout)["outcome"].as_str(), Some("timeout") | Some("out_of_fuel")));
+    sandlog(&root)
+        .args(["exec", &id, "-"])
+        .write_stdin("print(6 * 7)")
+        .assert()
+        .success()
+        .stdout("42\n");
+    sandlog(&root)
+        .args(["exec", &id, "--code", "import sys; sys.exit(3)"])
+        .assert()
+        .code(5);
+    let timeout = sandlog(&root)
+        .args([
+            "--json",
+            "exec",
+            &id,
+            "--timeout",
+            "300ms",
+            "--code",
+            "while True: pass",
+        ])
+        .assert()
+        .code(5)
+        .get_output()
+        .stdout
+        .clone();
+    assert!(matches!(
+        json(&timeout)["outcome"].as_str(),
+        Some("timeout") | Some("out_of_fuel")
+    ));
     Ok(())
 }
 
@@ -131,20 +259,68 @@ fn files_commands_work() -> TestResult {
     let id = create(&root);
     let source = dir.path().join("in.txt");
     std::fs::write(&source, "hello")?;
-    let put = json(&sandlog(&root).args(["--json", "files", "put", &id, "docs/a.txt", "--from"]).arg(&source).assert().success().get_output().stdout);
+    let put = json(
+        &sandlog(&root)
+            .args(["--json", "files", "put", &id, "docs/a.txt", "--from"])
+            .arg(&source)
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(put["size"], 5);
     assert_eq!(put["path"], "docs/a.txt");
-    sandlog(&root).args(["files", "put", &id, "docs/a.txt", "-"]).write_stdin("again").assert().code(1);
-    sandlog(&root).args(["files", "put", &id, "docs/a.txt", "-", "--overwrite"]).write_stdin("again").assert().success();
-    sandlog(&root).args(["files", "put", &id, "top.py", "-"]).write_stdin("print(1)").assert().success();
-    sandlog(&root).args(["files", "cat", &id, "docs/a.txt"]).assert().success().stdout("again");
-    let ls = json(&sandlog(&root).args(["--json", "files", "ls", &id, "*.py"]).assert().success().get_output().stdout);
+    sandlog(&root)
+        .args(["files", "put", &id, "docs/a.txt", "-"])
+        .write_stdin("again")
+        .assert()
+        .code(1);
+    sandlog(&root)
+        .args(["files", "put", &id, "docs/a.txt", "-", "--overwrite"])
+        .write_stdin("again")
+        .assert()
+        .success();
+    sandlog(&root)
+        .args(["files", "put", &id, "top.py", "-"])
+        .write_stdin("print(1)")
+        .assert()
+        .success();
+    sandlog(&root)
+        .args(["files", "cat", &id, "docs/a.txt"])
+        .assert()
+        .success()
+        .stdout("again");
+    let ls = json(
+        &sandlog(&root)
+            .args(["--json", "files", "ls", &id, "*.py"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(ls.as_array().unwrap().len(), 1);
     assert_eq!(ls[0]["path"], "top.py");
-    let tree = json(&sandlog(&root).args(["--json", "files", "ls", &id, "--tree"]).assert().success().get_output().stdout);
+    let tree = json(
+        &sandlog(&root)
+            .args(["--json", "files", "ls", &id, "--tree"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(tree["docs"]["a.txt"]["size"], 5);
-    sandlog(&root).args(["files", "rm", &id, "docs"]).assert().code(1);
-    let rm = json(&sandlog(&root).args(["--json", "files", "rm", &id, "docs", "--recursive"]).assert().success().get_output().stdout);
+    sandlog(&root)
+        .args(["files", "rm", &id, "docs"])
+        .assert()
+        .code(1);
+    let rm = json(
+        &sandlog(&root)
+            .args(["--json", "files", "rm", &id, "docs", "--recursive"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(rm["deleted"][0], "docs/a.txt");
     Ok(())
 }
@@ -155,20 +331,57 @@ fn files_commands_work() -> TestResult {
 fn documented_exit_codes_for_bad_input() -> TestResult {
     let (dir, root) = init();
     let unknown = "550e8400-e29b-41d4-a716-446655440000";
-    let out = sandlog(&root).args(["--json", "session", "show", unknown]).assert().code(3).get_output().stderr.clone();
+    let out = sandlog(&root)
+        .args(["--json", "session", "show", unknown])
+        .assert()
+        .code(3)
+        .get_output()
+        .stderr
+        .clone();
     assert_eq!(json(&out)["error"]["kind"], "not_found");
-    sandlog(&root).args(["session", "show", "not-a-uuid"]).assert().code(2);
-    sandlog(&root).args(["prune", "--older-than", "5 parsecs"]).assert().code(2);
+    sandlog(&root)
+        .args(["session", "show", "not-a-uuid"])
+        .assert()
+        .code(2);
+    sandlog(&root)
+        .args(["prune", "--older-than", "5 parsecs"])
+        .assert()
+        .code(2);
     let id = create(&root);
-    let out = sandlog(&root).args(["--json", "files", "cat", &id, "../../etc/passwd"]).assert().code(1).get_output().stderr.clone();
+    let out = sandlog(&root)
+        .args(["--json", "files", "cat", &id, "../../etc/passwd"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
     let error = json(&out);
     assert_eq!(error["error"]["kind"], "invalid_path");
-    assert!(error["error"]["message"].as_str().unwrap().contains(".."), "{error}");
-    sandlog(&root).args(["files", "cat", &id, "/etc/passwd"]).assert().code(1).stderr_has("absolute");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains(".."),
+        "{error}"
+    );
+    sandlog(&root)
+        .args(["files", "cat", &id, "/etc/passwd"])
+        .assert()
+        .code(1)
+        .stderr_has("absolute");
     let missing = dir.path().join("nope");
-    let out = sandlog(&missing).args(["--json", "session", "list"]).assert().code(1).get_output().stderr.clone();
+    let out = sandlog(&missing)
+        .args(["--json", "session", "list"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
     assert_eq!(json(&out)["error"]["kind"], "root_missing");
-    let out = sandlog(&root).args(["--json", "session", "frobnicate"]).assert().code(2).get_output().stderr.clone();
+    let out = sandlog(&root)
+        .args(["--json", "session", "frobnicate"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
     assert_eq!(json(&out)["error"]["kind"], "usage");
     Ok(())
 }
@@ -179,22 +392,58 @@ fn documented_exit_codes_for_bad_input() -> TestResult {
 fn verify_detects_tampering_and_checks_digests() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
-    sandlog(&root).args(["files", "put", &id, "a.txt", "-"]).write_stdin("x").assert().success();
-    let digest = json(&sandlog(&root).args(["--json", "digest"]).assert().success().get_output().stdout);
-    let pinned = format!("{}:{}", digest["position"], digest["hash"].as_str().unwrap());
-    let ok = json(&sandlog(&root).args(["--json", "verify", "--digest", &pinned]).assert().success().get_output().stdout);
+    sandlog(&root)
+        .args(["files", "put", &id, "a.txt", "-"])
+        .write_stdin("x")
+        .assert()
+        .success();
+    let digest = json(
+        &sandlog(&root)
+            .args(["--json", "digest"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    let pinned = format!(
+        "{}:{}",
+        digest["position"],
+        digest["hash"].as_str().unwrap()
+    );
+    let ok = json(
+        &sandlog(&root)
+            .args(["--json", "verify", "--digest", &pinned])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(ok["ok"], true);
     assert_eq!(ok["events"], 2);
-    sandlog(&root).args(["verify", "--digest", "2:zz"]).assert().code(2);
+    sandlog(&root)
+        .args(["verify", "--digest", "2:zz"])
+        .assert()
+        .code(2);
     {
         let connection = rusqlite::Connection::open(root.join("sandlog.db"))?;
         connection.execute_batch("DROP TRIGGER events_are_append_only_update;")?;
         connection.execute("UPDATE events SET actor = 'mallory' WHERE position = 1", [])?;
     }
-    let bad = json(&sandlog(&root).args(["--json", "verify"]).assert().code(4).get_output().stdout);
+    let bad = json(
+        &sandlog(&root)
+            .args(["--json", "verify"])
+            .assert()
+            .code(4)
+            .get_output()
+            .stdout,
+    );
     assert_eq!(bad["ok"], false);
     assert_eq!(bad["first_bad_position"], 1);
-    sandlog(&root).arg("verify").assert().code(4).stderr_has("position 1");
+    sandlog(&root)
+        .arg("verify")
+        .assert()
+        .code(4)
+        .stderr_has("position 1");
     Ok(())
 }
 
@@ -204,19 +453,59 @@ fn verify_detects_tampering_and_checks_digests() -> TestResult {
 fn forensics_and_lifecycle_commands_report_json() -> TestResult {
     let (dir, root) = init();
     let id = create(&root);
-    sandlog(&root).args(["files", "put", &id, "a.txt", "-"]).write_stdin("x").assert().success();
-    let lines = sandlog(&root).args(["--json", "log", "--session", &id]).assert().success().get_output().stdout.clone();
-    let events: Vec<Value> = String::from_utf8(lines)?.lines().map(|line| json(line.as_bytes())).collect();
+    sandlog(&root)
+        .args(["files", "put", &id, "a.txt", "-"])
+        .write_stdin("x")
+        .assert()
+        .success();
+    let lines = sandlog(&root)
+        .args(["--json", "log", "--session", &id])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let events: Vec<Value> = String::from_utf8(lines)?
+        .lines()
+        .map(|line| json(line.as_bytes()))
+        .collect();
     assert_eq!(events.len(), 2);
     assert_eq!(events[1]["kind"], "file.written");
-    let kinds = sandlog(&root).args(["--json", "log", "--kind", "file.*", "--limit", "1"]).assert().success().get_output().stdout.clone();
+    let kinds = sandlog(&root)
+        .args(["--json", "log", "--kind", "file.*", "--limit", "1"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert_eq!(String::from_utf8(kinds)?.lines().count(), 1);
-    let then = json(&sandlog(&root).args(["--json", "replay", "--at", "1", "--session", &id]).assert().success().get_output().stdout);
+    let then = json(
+        &sandlog(&root)
+            .args(["--json", "replay", "--at", "1", "--session", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(then["files"], 0);
-    let now = json(&sandlog(&root).args(["--json", "replay", "--at", "2"]).assert().success().get_output().stdout);
+    let now = json(
+        &sandlog(&root)
+            .args(["--json", "replay", "--at", "2"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(now["sessions"][0]["files"], 1);
 
-    let dry = json(&sandlog(&root).args(["--json", "prune", "--older-than", "0", "--dry-run"]).assert().success().get_output().stdout);
+    let dry = json(
+        &sandlog(&root)
+            .args(["--json", "prune", "--older-than", "0", "--dry-run"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted_sessions"][0], id.as_str());
     for key in ["skipped_sessions", "reclaimed_bytes", "errors"] {
@@ -226,19 +515,56 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
     let legacy = "6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f";
     std::fs::create_dir_all(seeds.join(legacy))?;
     std::fs::write(seeds.join(legacy).join("x.txt"), "old")?;
-    let adopted = json(&sandlog(&root).args(["--json", "adopt"]).arg(&seeds).assert().success().get_output().stdout);
+    let adopted = json(
+        &sandlog(&root)
+            .args(["--json", "adopt"])
+            .arg(&seeds)
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(adopted["legacy"][0], legacy);
-    let pruned = json(&sandlog(&root).args(["--json", "prune", "--older-than", "0"]).assert().success().get_output().stdout);
+    let pruned = json(
+        &sandlog(&root)
+            .args(["--json", "prune", "--older-than", "0"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(pruned["deleted_sessions"][0], id.as_str());
     assert_eq!(pruned["skipped_sessions"][0], legacy);
-    let reconcile = json(&sandlog(&root).args(["--json", "reconcile"]).assert().success().get_output().stdout);
+    let reconcile = json(
+        &sandlog(&root)
+            .args(["--json", "reconcile"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     for key in ["actions", "orphans", "intents_finished", "drift"] {
         assert!(reconcile.get(key).is_some(), "missing {key}");
     }
-    let stats = json(&sandlog(&root).args(["--json", "stats"]).assert().success().get_output().stdout);
+    let stats = json(
+        &sandlog(&root)
+            .args(["--json", "stats"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(stats["cleanup"]["prune_runs"], 1);
     let export = dir.path().join("export");
-    let written = json(&sandlog(&root).args(["--json", "export-metadata"]).arg(&export).assert().success().get_output().stdout);
+    let written = json(
+        &sandlog(&root)
+            .args(["--json", "export-metadata"])
+            .arg(&export)
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
     assert_eq!(written["written"], 0, "the only active session is legacy");
     Ok(())
 }
@@ -249,20 +575,78 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
 fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
-    for args in [vec!["session", "list"], vec!["session", "show", id.as_str()], vec!["log"], vec!["stats"], vec!["verify"]] {
-        let output = sandlog(&root).args(&args).assert().success().get_output().clone();
+    for args in [
+        vec!["session", "list"],
+        vec!["session", "show", id.as_str()],
+        vec!["log"],
+        vec!["stats"],
+        vec!["verify"],
+    ] {
+        let output = sandlog(&root)
+            .args(&args)
+            .assert()
+            .success()
+            .get_output()
+            .clone();
         assert!(!output.stdout.contains(&0x1b), "escape code in {args:?}");
-        assert!(!output.stderr.contains(&0x1b), "escape code in {args:?} stderr");
+        assert!(
+            !output.stderr.contains(&0x1b),
+            "escape code in {args:?} stderr"
+        );
     }
-    let help = String::from_utf8(Command::cargo_bin("sandlog")?.arg("--help").assert().success().get_output().stdout.clone())?;
-    for command in ["init", "session", "exec", "files", "prune", "reconcile", "log", "replay", "verify", "digest", "adopt", "export-metadata", "stats"] {
+    let help = String::from_utf8(
+        Command::cargo_bin("sandlog")?
+            .arg("--help")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )?;
+    for command in [
+        "init",
+        "session",
+        "exec",
+        "files",
+        "prune",
+        "reconcile",
+        "log",
+        "replay",
+        "verify",
+        "digest",
+        "adopt",
+        "export-metadata",
+        "stats",
+    ] {
         assert!(help.contains(command), "--help does not mention {command}");
     }
-    let prune_help = String::from_utf8(Command::cargo_bin("sandlog")?.args(["prune", "--help"]).assert().success().get_output().stdout.clone())?;
-    for flag in ["--older-than", "--dry-run", "--max-deletions", "--max-sessions", "--max-bytes"] {
+    let prune_help = String::from_utf8(
+        Command::cargo_bin("sandlog")?
+            .args(["prune", "--help"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )?;
+    for flag in [
+        "--older-than",
+        "--dry-run",
+        "--max-deletions",
+        "--max-sessions",
+        "--max-bytes",
+    ] {
         assert!(prune_help.contains(flag));
     }
-    Command::cargo_bin("sandlog")?.args(["completions", "bash"]).assert().success().stdout_has("sandlog");
-    Command::cargo_bin("sandlog")?.arg("man").assert().success().stdout_has(".TH");
+    Command::cargo_bin("sandlog")?
+        .args(["completions", "bash"])
+        .assert()
+        .success()
+        .stdout_has("sandlog");
+    Command::cargo_bin("sandlog")?
+        .arg("man")
+        .assert()
+        .success()
+        .stdout_has(".TH");
     Ok(())
 }

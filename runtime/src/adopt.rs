@@ -51,7 +51,10 @@ struct SeedMetadata {
 
 /// Reads and validates seed metadata: the file must parse, name this
 /// session, be version 1, and carry two valid timestamps.
-fn read_seed_metadata(path: &Path, session_id: SessionId) -> (MetadataStatus, Option<(Timestamp, Timestamp)>) {
+fn read_seed_metadata(
+    path: &Path,
+    session_id: SessionId,
+) -> (MetadataStatus, Option<(Timestamp, Timestamp)>) {
     let metadata = match std::fs::symlink_metadata(path) {
         Err(_) => return (MetadataStatus::Missing, None),
         Ok(metadata) => metadata,
@@ -62,10 +65,20 @@ fn read_seed_metadata(path: &Path, session_id: SessionId) -> (MetadataStatus, Op
     let parsed = std::fs::read(path)
         .ok()
         .and_then(|bytes| serde_json::from_slice::<SeedMetadata>(&bytes).ok())
-        .filter(|seed| seed.version == 1 && SessionId::parse(&seed.session_id).ok() == Some(session_id))
-        .and_then(|seed| Some((Timestamp::parse(&seed.created_at).ok()?, Timestamp::parse(&seed.updated_at).ok()?)));
+        .filter(|seed| {
+            seed.version == 1 && SessionId::parse(&seed.session_id).ok() == Some(session_id)
+        })
+        .and_then(|seed| {
+            Some((
+                Timestamp::parse(&seed.created_at).ok()?,
+                Timestamp::parse(&seed.updated_at).ok()?,
+            ))
+        });
     match parsed {
-        Some((created_at, updated_at)) => (MetadataStatus::Ok, Some((created_at, updated_at.max(created_at)))),
+        Some((created_at, updated_at)) => (
+            MetadataStatus::Ok,
+            Some((created_at, updated_at.max(created_at))),
+        ),
         None => (MetadataStatus::Corrupted, None),
     }
 }
@@ -113,7 +126,9 @@ impl Engine {
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
             let Ok(session_id) = SessionId::parse(&name) else {
-                report.skipped.push((name, "not a UUID-named directory".to_owned()));
+                report
+                    .skipped
+                    .push((name, "not a UUID-named directory".to_owned()));
                 continue;
             };
             if !is_dir {
@@ -121,7 +136,9 @@ impl Engine {
                 continue;
             }
             if self.store.stream_version(session_id.stream())?.is_some() {
-                report.skipped.push((name, "already known to this root".to_owned()));
+                report
+                    .skipped
+                    .push((name, "already known to this root".to_owned()));
                 continue;
             }
             match self.adopt_one(session_id, &entry.path(), in_place) {
@@ -135,7 +152,12 @@ impl Engine {
         Ok(report)
     }
 
-    fn adopt_one(&self, session_id: SessionId, source: &Path, in_place: bool) -> Result<MetadataStatus> {
+    fn adopt_one(
+        &self,
+        session_id: SessionId,
+        source: &Path,
+        in_place: bool,
+    ) -> Result<MetadataStatus> {
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
         let (status, timestamps) = read_seed_metadata(&metadata_path, session_id);
@@ -143,10 +165,17 @@ impl Engine {
             if target.exists() {
                 return Err(RuntimeError::Io {
                     context: format!("adopting {}", source.display()),
-                    source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("{} already exists", target.display())),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        format!("{} already exists", target.display()),
+                    ),
                 });
             }
-            move_dir(source, &target).map_err(RuntimeError::io(format!("moving {} to {}", source.display(), target.display())))?;
+            move_dir(source, &target).map_err(RuntimeError::io(format!(
+                "moving {} to {}",
+                source.display(),
+                target.display()
+            )))?;
             fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
         }
         // Take the metadata out of the workspace: into evidence/ when it
@@ -156,14 +185,26 @@ impl Engine {
         let mut evidence = None;
         match status {
             MetadataStatus::Corrupted => {
-                std::fs::create_dir_all(&self.layout.evidence).map_err(RuntimeError::io("creating evidence/"))?;
-                let kept: PathBuf = self.layout.evidence.join(format!("{session_id}.metadata.json"));
-                std::fs::rename(&moved_metadata, &kept)
-                    .map_err(RuntimeError::io(format!("keeping {} as evidence", moved_metadata.display())))?;
-                evidence = Some(format!("{}/{session_id}.metadata.json", crate::engine::EVIDENCE_DIR));
+                std::fs::create_dir_all(&self.layout.evidence)
+                    .map_err(RuntimeError::io("creating evidence/"))?;
+                let kept: PathBuf = self
+                    .layout
+                    .evidence
+                    .join(format!("{session_id}.metadata.json"));
+                std::fs::rename(&moved_metadata, &kept).map_err(RuntimeError::io(format!(
+                    "keeping {} as evidence",
+                    moved_metadata.display()
+                )))?;
+                evidence = Some(format!(
+                    "{}/{session_id}.metadata.json",
+                    crate::engine::EVIDENCE_DIR
+                ));
             }
             MetadataStatus::Ok => {
-                std::fs::remove_file(&moved_metadata).map_err(RuntimeError::io(format!("removing {}", moved_metadata.display())))?;
+                std::fs::remove_file(&moved_metadata).map_err(RuntimeError::io(format!(
+                    "removing {}",
+                    moved_metadata.display()
+                )))?;
             }
             MetadataStatus::Missing => {}
         }
@@ -178,10 +219,16 @@ impl Engine {
         }))];
         for (path, scanned) in workspace.scan()? {
             let blake3 = workspace.hash(&path)?;
-            let file = FileWritten { path: WorkspacePath::clone(&path), size: scanned.size, blake3, by: WrittenBy::Adoption };
+            let file = FileWritten {
+                path: WorkspacePath::clone(&path),
+                size: scanned.size,
+                blake3,
+                by: WrittenBy::Adoption,
+            };
             events.push(self.event(&Event::FileWritten(file)));
         }
-        self.store.append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
+        self.store
+            .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
         tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?status, files = events.len() - 1, "adopted");
         Ok(status)
     }

@@ -11,9 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use sandlog_core::event::{Event, FileDeleted, FileWritten, RecordedLimits, SessionCreated, SessionExecuted, WrittenBy};
+use sandlog_core::event::{
+    Event, FileDeleted, FileWritten, RecordedLimits, SessionCreated, SessionExecuted, WrittenBy,
+};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
-use sandlog_core::{Clock, Hash, NewEvent, Outcome, SessionId, StreamId, SystemClock, WorkspacePath};
+use sandlog_core::{
+    Clock, Hash, NewEvent, Outcome, SessionId, StreamId, SystemClock, WorkspacePath,
+};
 use sandlog_eventstore::{Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions};
 use sandlog_projections::query::{self, FileView, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
@@ -155,7 +159,10 @@ impl Runtime {
         match self {
             Runtime::Python => "python".to_owned(),
             Runtime::JavaScript => "javascript".to_owned(),
-            Runtime::Module(path) => path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned()),
+            Runtime::Module(path) => path.file_name().map_or_else(
+                || path.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            ),
         }
     }
 }
@@ -174,7 +181,11 @@ pub struct ExecRequest {
 impl ExecRequest {
     /// Python code under the default limits.
     pub fn python(code: impl Into<String>) -> ExecRequest {
-        ExecRequest { runtime: Runtime::Python, code: code.into().into_bytes(), limits: LimitOverrides::default() }
+        ExecRequest {
+            runtime: Runtime::Python,
+            code: code.into().into_bytes(),
+            limits: LimitOverrides::default(),
+        }
     }
 }
 
@@ -224,7 +235,10 @@ pub struct Execution {
     pub position: u64,
 }
 
-fn lossy<S: serde::Serializer>(bytes: &[u8], serializer: S) -> std::result::Result<S::Ok, S::Error> {
+fn lossy<S: serde::Serializer>(
+    bytes: &[u8],
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
     serializer.serialize_str(&String::from_utf8_lossy(bytes))
 }
 
@@ -239,7 +253,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("root", &self.layout.root).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("root", &self.layout.root)
+            .finish_non_exhaustive()
     }
 }
 
@@ -256,7 +272,8 @@ impl Engine {
         for directory in [&layout.workspaces, &layout.cache] {
             create_dir(directory)?;
         }
-        root.canonicalize().map_err(RuntimeError::io(format!("resolving {}", root.display())))
+        root.canonicalize()
+            .map_err(RuntimeError::io(format!("resolving {}", root.display())))
     }
 
     /// Opens the engine on an existing root: the log and read models (which
@@ -272,11 +289,17 @@ impl Engine {
         }
         let mut store = EventStore::open(
             &layout.database,
-            OpenOptions::default().clock(options.clock.clone()).durability(options.durability),
+            OpenOptions::default()
+                .clock(options.clock.clone())
+                .durability(options.durability),
         )?;
         let report = sandlog_projections::install(&mut store)?;
         if report.events > 0 {
-            tracing::info!(events = report.events, rebuilt = report.rebuilt, "read models caught up with the log");
+            tracing::info!(
+                events = report.events,
+                rebuilt = report.rebuilt,
+                "read models caught up with the log"
+            );
         }
         let engine = Engine {
             layout,
@@ -331,7 +354,10 @@ impl Engine {
     }
 
     pub(crate) fn lock_session(&self, session_id: SessionId) -> Arc<Mutex<()>> {
-        let mut locks = self.session_locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut locks = self
+            .session_locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         locks.entry(session_id).or_default().clone()
     }
 
@@ -350,9 +376,13 @@ impl Engine {
     }
 
     fn active_session(&self, session_id: SessionId) -> Result<SessionState> {
-        let session = query::session_with_files(&self.store, session_id)?.ok_or(RuntimeError::UnknownSession(session_id))?;
+        let session = query::session_with_files(&self.store, session_id)?
+            .ok_or(RuntimeError::UnknownSession(session_id))?;
         if session.status != SessionStatus::Active {
-            return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+            return Err(RuntimeError::SessionNotActive {
+                session_id,
+                status: session.status,
+            });
         }
         Ok(session)
     }
@@ -363,25 +393,44 @@ impl Engine {
     /// quarantines, never an event without a directory.
     pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
         if labels.len() > LABELS_MAX {
-            return Err(RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
-                kind: "session.created".into(),
-                schema: 1,
-                reason: format!("{} labels; the limit is {LABELS_MAX}", labels.len()),
-            }));
+            return Err(RuntimeError::Invalid(
+                sandlog_core::CoreError::InvalidPayload {
+                    kind: "session.created".into(),
+                    schema: 1,
+                    reason: format!("{} labels; the limit is {LABELS_MAX}", labels.len()),
+                },
+            ));
         }
-        if let Some((key, _)) = labels.iter().find(|(k, v)| k.is_empty() || k.len() > LABEL_BYTES_MAX || v.len() > LABEL_BYTES_MAX) {
-            return Err(RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
-                kind: "session.created".into(),
-                schema: 1,
-                reason: format!("label {key:?}: keys must be 1 to {LABEL_BYTES_MAX} bytes, values at most {LABEL_BYTES_MAX}"),
-            }));
+        if let Some((key, _)) = labels
+            .iter()
+            .find(|(k, v)| k.is_empty() || k.len() > LABEL_BYTES_MAX || v.len() > LABEL_BYTES_MAX)
+        {
+            return Err(RuntimeError::Invalid(
+                sandlog_core::CoreError::InvalidPayload {
+                    kind: "session.created".into(),
+                    schema: 1,
+                    reason: format!(
+                        "label {key:?}: keys must be 1 to {LABEL_BYTES_MAX} bytes, values at most {LABEL_BYTES_MAX}"
+                    ),
+                },
+            ));
         }
         let session_id = SessionId::new_v4();
         let workspace = self.layout.workspace(session_id);
-        std::fs::create_dir(&workspace).map_err(RuntimeError::io(format!("creating {}", workspace.display())))?;
-        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!("syncing {}", self.layout.workspaces.display())))?;
+        std::fs::create_dir(&workspace).map_err(RuntimeError::io(format!(
+            "creating {}",
+            workspace.display()
+        )))?;
+        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
+            "syncing {}",
+            self.layout.workspaces.display()
+        )))?;
         let event = Event::SessionCreated(SessionCreated { session_id, labels });
-        if let Err(error) = self.store.append(session_id.stream(), ExpectedVersion::NoStream, &[self.event(&event)]) {
+        if let Err(error) = self.store.append(
+            session_id.stream(),
+            ExpectedVersion::NoStream,
+            &[self.event(&event)],
+        ) {
             let _ = std::fs::remove_dir(&workspace);
             return Err(error.into());
         }
@@ -396,10 +445,14 @@ impl Engine {
     /// prune intent that landed meanwhile wins; see P7).
     pub fn execute(&self, session_id: SessionId, request: &ExecRequest) -> Result<Execution> {
         if request.code.len() > CODE_BYTES_MAX {
-            return Err(RuntimeError::CodeTooLarge { size: request.code.len(), max: CODE_BYTES_MAX });
+            return Err(RuntimeError::CodeTooLarge {
+                size: request.code.len(),
+                max: CODE_BYTES_MAX,
+            });
         }
         let lock = self.lock_session(session_id);
-        let _guard: MutexGuard<'_, ()> = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard: MutexGuard<'_, ()> =
+            lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let session = self.active_session(session_id)?;
         let (module, args, stdin) = self.prepare(request)?;
         let limits = self.limits(&request.limits);
@@ -421,7 +474,8 @@ impl Engine {
         let mut deleted = Vec::new();
         for (path, scanned) in &after {
             let known = session.files.get(path);
-            let untouched = before.get(path) == Some(scanned) && known.is_some_and(|file| file.size == scanned.size);
+            let untouched = before.get(path) == Some(scanned)
+                && known.is_some_and(|file| file.size == scanned.size);
             if untouched {
                 continue;
             }
@@ -429,11 +483,19 @@ impl Engine {
             if known.is_some_and(|file| file.blake3 == blake3) {
                 continue;
             }
-            written.push(FileWritten { path: path.clone(), size: scanned.size, blake3, by: WrittenBy::Guest });
+            written.push(FileWritten {
+                path: path.clone(),
+                size: scanned.size,
+                blake3,
+                by: WrittenBy::Guest,
+            });
         }
         for path in session.files.keys() {
             if !after.contains_key(path) {
-                deleted.push(FileDeleted { path: path.clone(), by: WrittenBy::Guest });
+                deleted.push(FileDeleted {
+                    path: path.clone(),
+                    by: WrittenBy::Guest,
+                });
             }
         }
 
@@ -503,15 +565,28 @@ impl Engine {
         version: sandlog_core::StreamVersion,
         events: &[NewEvent],
     ) -> Result<Vec<sandlog_core::Envelope>> {
-        match self.store.append(session_id.stream(), ExpectedVersion::Exact(version), events) {
+        match self
+            .store
+            .append(session_id.stream(), ExpectedVersion::Exact(version), events)
+        {
             Ok(envelopes) => Ok(envelopes),
-            Err(EventStoreError::VersionConflict { actual: Some(actual), .. }) => {
+            Err(EventStoreError::VersionConflict {
+                actual: Some(actual),
+                ..
+            }) => {
                 let session = self.session(session_id)?;
                 if session.status != SessionStatus::Active {
                     tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
-                    return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+                    return Err(RuntimeError::SessionNotActive {
+                        session_id,
+                        status: session.status,
+                    });
                 }
-                Ok(self.store.append(session_id.stream(), ExpectedVersion::Exact(actual), events)?)
+                Ok(self.store.append(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(actual),
+                    events,
+                )?)
             }
             Err(error) => Err(error.into()),
         }
@@ -527,19 +602,32 @@ impl Engine {
 
     fn prepare(&self, request: &ExecRequest) -> Result<(LoadedModule, Vec<String>, Vec<u8>)> {
         let code_text = || {
-            String::from_utf8(request.code.clone()).map_err(|_| RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
-                kind: "code".into(),
-                schema: 0,
-                reason: "code is not valid UTF-8".into(),
-            }))
+            String::from_utf8(request.code.clone()).map_err(|_| {
+                RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+                    kind: "code".into(),
+                    schema: 0,
+                    reason: "code is not valid UTF-8".into(),
+                })
+            })
         };
         let (path, args, stdin) = match &request.runtime {
-            Runtime::Python => (self.runtimes_dir().join("python.wasm"), sandbox::python_args(&code_text()?), Vec::new()),
-            Runtime::JavaScript => (self.runtimes_dir().join("quickjs.wasm"), sandbox::javascript_args(&code_text()?), Vec::new()),
+            Runtime::Python => (
+                self.runtimes_dir().join("python.wasm"),
+                sandbox::python_args(&code_text()?),
+                Vec::new(),
+            ),
+            Runtime::JavaScript => (
+                self.runtimes_dir().join("quickjs.wasm"),
+                sandbox::javascript_args(&code_text()?),
+                Vec::new(),
+            ),
             Runtime::Module(path) => (path.clone(), Vec::new(), request.code.clone()),
         };
         if !path.is_file() {
-            return Err(RuntimeError::RuntimeMissing { name: request.runtime.name(), path });
+            return Err(RuntimeError::RuntimeMissing {
+                name: request.runtime.name(),
+                path,
+            });
         }
         let module = self.sandbox()?.load(&path)?;
         Ok((module, args, stdin))
@@ -567,7 +655,11 @@ impl Engine {
     }
 
     /// A session's files (from the projection), optionally matching a glob.
-    pub fn list_files(&self, session_id: SessionId, pattern: Option<&str>) -> Result<Vec<FileView>> {
+    pub fn list_files(
+        &self,
+        session_id: SessionId,
+        pattern: Option<&str>,
+    ) -> Result<Vec<FileView>> {
         self.session(session_id)?;
         Ok(query::files(&self.store, session_id, pattern)?)
     }
@@ -576,12 +668,20 @@ impl Engine {
     pub fn read_file(&self, session_id: SessionId, path: &WorkspacePath) -> Result<Vec<u8>> {
         let session = self.session(session_id)?;
         if !session.status.has_workspace() {
-            return Err(RuntimeError::SessionNotActive { session_id, status: session.status });
+            return Err(RuntimeError::SessionNotActive {
+                session_id,
+                status: session.status,
+            });
         }
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         match workspace.is_dir(path)? {
-            None => Err(RuntimeError::FileNotFound { session_id, path: path.to_string() }),
-            Some(true) => Err(RuntimeError::IsDirectory { path: path.to_string() }),
+            None => Err(RuntimeError::FileNotFound {
+                session_id,
+                path: path.to_string(),
+            }),
+            Some(true) => Err(RuntimeError::IsDirectory {
+                path: path.to_string(),
+            }),
             Some(false) => workspace.read(path),
         }
     }
@@ -590,53 +690,115 @@ impl Engine {
     /// exists and `overwrite` is false, or if the workspace would go over
     /// its quota. The contents are stored as a blob and `file.written`
     /// (by host) is appended; `updated_at` moves (M2).
-    pub fn write_file(&self, session_id: SessionId, path: &WorkspacePath, bytes: &[u8], overwrite: bool) -> Result<FileView> {
+    pub fn write_file(
+        &self,
+        session_id: SessionId,
+        path: &WorkspacePath,
+        bytes: &[u8],
+        overwrite: bool,
+    ) -> Result<FileView> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let session = self.active_session(session_id)?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         match workspace.is_dir(path)? {
-            Some(true) => return Err(RuntimeError::IsDirectory { path: path.to_string() }),
-            Some(false) if !overwrite => return Err(RuntimeError::FileExists { session_id, path: path.to_string() }),
+            Some(true) => {
+                return Err(RuntimeError::IsDirectory {
+                    path: path.to_string(),
+                });
+            }
+            Some(false) if !overwrite => {
+                return Err(RuntimeError::FileExists {
+                    session_id,
+                    path: path.to_string(),
+                });
+            }
             _ => {}
         }
         let previous = session.files.get(path).map_or(0, |file| file.size);
-        let would_be = session.bytes.saturating_sub(previous).saturating_add(bytes.len() as u64);
+        let would_be = session
+            .bytes
+            .saturating_sub(previous)
+            .saturating_add(bytes.len() as u64);
         let quota = self.options.limits.workspace_bytes_max;
         if would_be > quota {
-            return Err(RuntimeError::QuotaExceeded { session_id, path: path.to_string(), would_be, quota });
+            return Err(RuntimeError::QuotaExceeded {
+                session_id,
+                path: path.to_string(),
+                would_be,
+                quota,
+            });
         }
         let blake3 = self.store.put_blob(bytes)?;
         workspace.write(path, bytes)?;
-        let file = FileWritten { path: path.clone(), size: bytes.len() as u64, blake3, by: WrittenBy::Host };
-        self.append_to_session(session_id, session.version, &[self.event(&Event::FileWritten(file))])?;
+        let file = FileWritten {
+            path: path.clone(),
+            size: bytes.len() as u64,
+            blake3,
+            by: WrittenBy::Host,
+        };
+        self.append_to_session(
+            session_id,
+            session.version,
+            &[self.event(&Event::FileWritten(file))],
+        )?;
         tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size = bytes.len(), "file written");
-        Ok(FileView { path: path.clone(), size: bytes.len() as u64, blake3, updated_at: self.options.clock.now() })
+        Ok(FileView {
+            path: path.clone(),
+            size: bytes.len() as u64,
+            blake3,
+            updated_at: self.options.clock.now(),
+        })
     }
 
     /// Deletes a file, or a directory with `recursive` (S4). Appends one
     /// `file.deleted` (by host) per file the projection knew under `path`.
-    pub fn delete_file(&self, session_id: SessionId, path: &WorkspacePath, recursive: bool) -> Result<Vec<WorkspacePath>> {
+    pub fn delete_file(
+        &self,
+        session_id: SessionId,
+        path: &WorkspacePath,
+        recursive: bool,
+    ) -> Result<Vec<WorkspacePath>> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let session = self.active_session(session_id)?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         if workspace.is_dir(path)?.is_none() && !session.files.contains_key(path) {
-            return Err(RuntimeError::FileNotFound { session_id, path: path.to_string() });
+            return Err(RuntimeError::FileNotFound {
+                session_id,
+                path: path.to_string(),
+            });
         }
         workspace.remove(path, recursive)?;
-        let removed: Vec<WorkspacePath> = session.files.keys().filter(|known| known.starts_with(path)).cloned().collect();
+        let removed: Vec<WorkspacePath> = session
+            .files
+            .keys()
+            .filter(|known| known.starts_with(path))
+            .cloned()
+            .collect();
         let events: Vec<NewEvent> = if removed.is_empty() {
-            vec![self.event(&Event::FileDeleted(FileDeleted { path: path.clone(), by: WrittenBy::Host }))]
+            vec![self.event(&Event::FileDeleted(FileDeleted {
+                path: path.clone(),
+                by: WrittenBy::Host,
+            }))]
         } else {
             removed
                 .iter()
-                .map(|file| self.event(&Event::FileDeleted(FileDeleted { path: file.clone(), by: WrittenBy::Host })))
+                .map(|file| {
+                    self.event(&Event::FileDeleted(FileDeleted {
+                        path: file.clone(),
+                        by: WrittenBy::Host,
+                    }))
+                })
                 .collect()
         };
         self.append_to_session(session_id, session.version, &events)?;
         tracing::info!(target: "sandlog::lifecycle", event = "file.deleted", %session_id, %path, files = removed.len(), "deleted");
-        Ok(if removed.is_empty() { vec![path.clone()] } else { removed })
+        Ok(if removed.is_empty() {
+            vec![path.clone()]
+        } else {
+            removed
+        })
     }
 
     /// The stream of a session, for callers that want raw envelopes.

@@ -62,7 +62,9 @@ pub enum RuntimeError {
         path: String,
     },
     /// A host write would take the workspace past its quota.
-    #[error("writing {path} would take session {session_id} to {would_be} bytes, over its quota of {quota} bytes")]
+    #[error(
+        "writing {path} would take session {session_id} to {would_be} bytes, over its quota of {quota} bytes"
+    )]
     QuotaExceeded {
         /// The session.
         session_id: SessionId,
@@ -74,7 +76,9 @@ pub enum RuntimeError {
         quota: u64,
     },
     /// A guest runtime module is not installed.
-    #[error("runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)")]
+    #[error(
+        "runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)"
+    )]
     RuntimeMissing {
         /// The runtime's name.
         name: String,
@@ -134,8 +138,12 @@ impl RuntimeError {
             Self::Store(error) => error.kind(),
             Self::Projection(ProjectionError::UnknownSession(_)) => "not_found",
             Self::Projection(error) => error.kind(),
-            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => "disk_full",
-            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => "permission_denied",
+            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+                "disk_full"
+            }
+            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                "permission_denied"
+            }
             Self::Io { .. } => "io",
         }
     }

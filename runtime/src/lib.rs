@@ -30,7 +30,7 @@ pub use applier::{ReconcileOptions, ReconcileReport};
 pub use engine::{Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, Runtime};
 pub use error::{Result, RuntimeError};
 pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
-pub use verify::VerifyOutcome;
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;
 pub use sandlog_projections as projections;
+pub use verify::VerifyOutcome;

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sandlog_core::event::{
-    Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted, SessionPruneFailed,
-    SessionPruneRequested, SessionPruned,
+    Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted,
+    SessionPruneFailed, SessionPruneRequested, SessionPruned,
 };
 use sandlog_core::human::format_size;
 use sandlog_core::{PrunePolicy, SessionId, StreamId, StreamVersion};
@@ -109,23 +109,38 @@ impl Engine {
     /// returns the bytes it held.
     pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
         let path = self.layout.workspace(session_id);
-        let bytes = dir_size(&path).map_err(RuntimeError::io(format!("measuring {}", path.display())))?;
+        let bytes =
+            dir_size(&path).map_err(RuntimeError::io(format!("measuring {}", path.display())))?;
         if let Some(fault) = &self.options.fault {
-            fault.before_remove(session_id, &path).map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+            fault
+                .before_remove(session_id, &path)
+                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         }
         match std::fs::remove_dir_all(&path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(RuntimeError::Io { context: format!("removing {}", path.display()), source: error }),
+            Err(error) => {
+                return Err(RuntimeError::Io {
+                    context: format!("removing {}", path.display()),
+                    source: error,
+                });
+            }
         }
-        fsync_dir(&self.layout.workspaces)
-            .map_err(RuntimeError::io(format!("syncing {}", self.layout.workspaces.display())))?;
+        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
+            "syncing {}",
+            self.layout.workspaces.display()
+        )))?;
         Ok(bytes)
     }
 
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
     /// nothing, and lists exactly the sessions a real run would delete now.
-    pub fn prune(&self, policy: &PrunePolicy, dry_run: bool, progress: Progress<'_>) -> Result<PruneReport> {
+    pub fn prune(
+        &self,
+        policy: &PrunePolicy,
+        dry_run: bool,
+        progress: Progress<'_>,
+    ) -> Result<PruneReport> {
         let started = Instant::now();
         let now = self.options.clock.now();
         let plan = query::prune_candidates(&self.store, policy, now)?;
@@ -145,7 +160,9 @@ impl Engine {
         for skipped in &plan.skipped {
             tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", session_id = %skipped.session_id, reason = %skipped.reason, "skipped");
             report.skipped_sessions.push(skipped.session_id);
-            report.skipped_reasons.insert(skipped.session_id, skipped.reason.clone());
+            report
+                .skipped_reasons
+                .insert(skipped.session_id, skipped.reason.clone());
         }
         if dry_run {
             for candidate in &plan.candidates {
@@ -163,7 +180,11 @@ impl Engine {
             policy: policy.clone(),
             candidates: plan.candidates.len() as u64,
         });
-        self.store.append(StreamId::System, ExpectedVersion::Any, &[self.event(&started_event).correlated(correlation)])?;
+        self.store.append(
+            StreamId::System,
+            ExpectedVersion::Any,
+            &[self.event(&started_event).correlated(correlation)],
+        )?;
         let total = plan.candidates.len() as u64;
         for (index, candidate) in plan.candidates.iter().enumerate() {
             progress(index as u64, total);
@@ -179,12 +200,22 @@ impl Engine {
             reclaimed_bytes: report.reclaimed_bytes,
             duration_us: started.elapsed().as_micros() as u64,
         });
-        self.store.append(StreamId::System, ExpectedVersion::Any, &[self.event(&completed).correlated(correlation)])?;
+        self.store.append(
+            StreamId::System,
+            ExpectedVersion::Any,
+            &[self.event(&completed).correlated(correlation)],
+        )?;
         tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
         Ok(report)
     }
 
-    fn prune_one(&self, candidate: &PruneCandidate, policy: &PrunePolicy, run_id: Uuid, report: &mut PruneReport) {
+    fn prune_one(
+        &self,
+        candidate: &PruneCandidate,
+        policy: &PrunePolicy,
+        run_id: Uuid,
+        report: &mut PruneReport,
+    ) {
         let session_id = candidate.session_id;
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -203,7 +234,9 @@ impl Engine {
         ) {
             Ok(_) => {}
             Err(EventStoreError::VersionConflict { .. }) => {
-                let reason = "used during the prune run (its log moved past the candidate's version): kept".to_owned();
+                let reason =
+                    "used during the prune run (its log moved past the candidate's version): kept"
+                        .to_owned();
                 tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
                 report.skipped_sessions.push(session_id);
                 report.skipped_reasons.insert(session_id, reason);
@@ -217,7 +250,10 @@ impl Engine {
         }
         match self.remove_workspace(session_id) {
             Ok(bytes) => {
-                let done = Event::SessionPruned(SessionPruned { run_id: Some(run_id), reclaimed_bytes: bytes });
+                let done = Event::SessionPruned(SessionPruned {
+                    run_id: Some(run_id),
+                    reclaimed_bytes: bytes,
+                });
                 match self.store.append(
                     session_id.stream(),
                     ExpectedVersion::Exact(intent_version),
@@ -229,13 +265,19 @@ impl Engine {
                         report.reclaimed_bytes += bytes;
                     }
                     Err(error) => {
-                        report.errors.insert(session_id, format!("deleted, but recording it failed: {error}"));
+                        report.errors.insert(
+                            session_id,
+                            format!("deleted, but recording it failed: {error}"),
+                        );
                     }
                 }
             }
             Err(error) => {
                 tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
-                let failed = Event::SessionPruneFailed(SessionPruneFailed { run_id: Some(run_id), error: error.to_string() });
+                let failed = Event::SessionPruneFailed(SessionPruneFailed {
+                    run_id: Some(run_id),
+                    error: error.to_string(),
+                });
                 if let Err(append_error) = self.store.append(
                     session_id.stream(),
                     ExpectedVersion::Exact(intent_version),
@@ -255,11 +297,19 @@ impl Engine {
         let session = self.session(session_id)?;
         let version = match session.status {
             SessionStatus::Active => {
-                let intent = Event::SessionDeleteRequested(SessionDeleteRequested { reason: reason.to_owned() });
+                let intent = Event::SessionDeleteRequested(SessionDeleteRequested {
+                    reason: reason.to_owned(),
+                });
                 self.store
-                    .append(session_id.stream(), ExpectedVersion::Exact(session.version), &[self.event(&intent)])
+                    .append(
+                        session_id.stream(),
+                        ExpectedVersion::Exact(session.version),
+                        &[self.event(&intent)],
+                    )
                     .map_err(|error| match error {
-                        EventStoreError::VersionConflict { .. } => RuntimeError::Conflict(session_id),
+                        EventStoreError::VersionConflict { .. } => {
+                            RuntimeError::Conflict(session_id)
+                        }
                         other => other.into(),
                     })?;
                 session.version.next()
@@ -268,10 +318,20 @@ impl Engine {
             status => return Err(RuntimeError::SessionNotActive { session_id, status }),
         };
         let bytes = self.remove_workspace(session_id)?;
-        let done = Event::SessionDeleted(SessionDeleted { reason: reason.to_owned(), reclaimed_bytes: bytes });
-        self.store.append(session_id.stream(), ExpectedVersion::Exact(version), &[self.event(&done)])?;
+        let done = Event::SessionDeleted(SessionDeleted {
+            reason: reason.to_owned(),
+            reclaimed_bytes: bytes,
+        });
+        self.store.append(
+            session_id.stream(),
+            ExpectedVersion::Exact(version),
+            &[self.event(&done)],
+        )?;
         tracing::info!(target: "sandlog::lifecycle", event = "session.deleted", %session_id, bytes, "session deleted");
-        Ok(DeleteReport { session_id, reclaimed_bytes: bytes })
+        Ok(DeleteReport {
+            session_id,
+            reclaimed_bytes: bytes,
+        })
     }
 
     /// Finishes every pending prune or delete intent (C1, C2): removes the
@@ -290,7 +350,12 @@ impl Engine {
         Ok(finished)
     }
 
-    pub(crate) fn finish_intent(&self, session_id: SessionId, status: SessionStatus, version: StreamVersion) -> Result<bool> {
+    pub(crate) fn finish_intent(
+        &self,
+        session_id: SessionId,
+        status: SessionStatus,
+        version: StreamVersion,
+    ) -> Result<bool> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let applier = |event: &Event| {
@@ -302,17 +367,30 @@ impl Engine {
             SessionStatus::Pruning => {
                 let run_id = self.pending_run_id(session_id)?;
                 match self.remove_workspace(session_id) {
-                    Ok(bytes) => Event::SessionPruned(SessionPruned { run_id, reclaimed_bytes: bytes }),
-                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed { run_id, error: error.to_string() }),
+                    Ok(bytes) => Event::SessionPruned(SessionPruned {
+                        run_id,
+                        reclaimed_bytes: bytes,
+                    }),
+                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed {
+                        run_id,
+                        error: error.to_string(),
+                    }),
                 }
             }
             SessionStatus::Deleting => {
                 let bytes = self.remove_workspace(session_id)?;
-                Event::SessionDeleted(SessionDeleted { reason: "finished by the applier".to_owned(), reclaimed_bytes: bytes })
+                Event::SessionDeleted(SessionDeleted {
+                    reason: "finished by the applier".to_owned(),
+                    reclaimed_bytes: bytes,
+                })
             }
             _ => return Ok(false),
         };
-        match self.store.append(session_id.stream(), ExpectedVersion::Exact(version), &[applier(&event)]) {
+        match self.store.append(
+            session_id.stream(),
+            ExpectedVersion::Exact(version),
+            &[applier(&event)],
+        ) {
             Ok(_) => {
                 tracing::info!(target: "sandlog::applier", %session_id, kind = event.kind(), "finished a pending intent");
                 Ok(true)

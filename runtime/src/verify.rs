@@ -45,16 +45,20 @@ impl Engine {
         let mut mismatches = Vec::new();
         for (session_id, expected) in &folded.sessions {
             match stored.get(session_id) {
-                None => mismatches.push(format!("session {session_id}: missing from the read model")),
-                Some(actual) if actual != expected => {
-                    mismatches.push(format!("session {session_id}: read model differs from the log"))
+                None => {
+                    mismatches.push(format!("session {session_id}: missing from the read model"))
                 }
+                Some(actual) if actual != expected => mismatches.push(format!(
+                    "session {session_id}: read model differs from the log"
+                )),
                 Some(_) => {}
             }
         }
         for session_id in stored.keys() {
             if !folded.sessions.contains_key(session_id) {
-                mismatches.push(format!("session {session_id}: in the read model but not in the log"));
+                mismatches.push(format!(
+                    "session {session_id}: in the read model but not in the log"
+                ));
             }
         }
         let stats: StoreStats = query::stats(&self.store)?;

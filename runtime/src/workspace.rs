@@ -41,15 +41,20 @@ fn is_symlink_escape(error: &std::io::Error) -> bool {
     // cap-std reports a resolution that would leave the directory (an
     // absolute symlink, or one climbing out with `..`) as PermissionDenied
     // with this message; a real permission problem has the OS's message.
-    error.kind() == std::io::ErrorKind::PermissionDenied && error.to_string().contains("outside of the filesystem")
+    error.kind() == std::io::ErrorKind::PermissionDenied
+        && error.to_string().contains("outside of the filesystem")
 }
 
 impl Workspace {
     /// Opens the directory at `path`.
     pub fn open(path: &Path) -> Result<Workspace> {
-        let dir = Dir::open_ambient_dir(path, ambient_authority())
-            .map_err(RuntimeError::io(format!("opening workspace {}", path.display())))?;
-        Ok(Workspace { dir, path: path.to_owned() })
+        let dir = Dir::open_ambient_dir(path, ambient_authority()).map_err(RuntimeError::io(
+            format!("opening workspace {}", path.display()),
+        ))?;
+        Ok(Workspace {
+            dir,
+            path: path.to_owned(),
+        })
     }
 
     /// The directory on the host.
@@ -57,14 +62,21 @@ impl Workspace {
         &self.path
     }
 
-    fn map_error(&self, path: &WorkspacePath, doing: &str) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    fn map_error(
+        &self,
+        path: &WorkspacePath,
+        doing: &str,
+    ) -> impl FnOnce(std::io::Error) -> RuntimeError {
         let path_text = path.to_string();
         let context = format!("{doing} {path} in {}", self.path.display());
         move |error| {
             if is_symlink_escape(&error) {
                 RuntimeError::EscapesWorkspace { path: path_text }
             } else {
-                RuntimeError::Io { context, source: error }
+                RuntimeError::Io {
+                    context,
+                    source: error,
+                }
             }
         }
     }
@@ -81,13 +93,21 @@ impl Workspace {
 
     /// Reads a whole file (at most [`BLOB_BYTES_MAX`] bytes).
     pub fn read(&self, path: &WorkspacePath) -> Result<Vec<u8>> {
-        let file = self.dir.open(path.as_std_path()).map_err(self.map_error(path, "reading"))?;
+        let file = self
+            .dir
+            .open(path.as_std_path())
+            .map_err(self.map_error(path, "reading"))?;
         let mut bytes = Vec::new();
-        file.take(BLOB_BYTES_MAX as u64 + 1).read_to_end(&mut bytes).map_err(self.map_error(path, "reading"))?;
+        file.take(BLOB_BYTES_MAX as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(self.map_error(path, "reading"))?;
         if bytes.len() > BLOB_BYTES_MAX {
             return Err(RuntimeError::Io {
                 context: format!("reading {path}"),
-                source: std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("larger than {BLOB_BYTES_MAX} bytes")),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::FileTooLarge,
+                    format!("larger than {BLOB_BYTES_MAX} bytes"),
+                ),
             });
         }
         Ok(bytes)
@@ -99,11 +119,21 @@ impl Workspace {
     pub fn write(&self, path: &WorkspacePath, bytes: &[u8]) -> Result<()> {
         let map = || self.map_error(path, "writing");
         if let Some(parent) = path.parent() {
-            self.dir.create_dir_all(parent.as_std_path()).map_err(map())?;
+            self.dir
+                .create_dir_all(parent.as_std_path())
+                .map_err(map())?;
         }
         let temporary = match path.parent() {
-            Some(parent) => format!("{parent}/.{}.sandlog-{}", path.file_name(), uuid::Uuid::new_v4().simple()),
-            None => format!(".{}.sandlog-{}", path.file_name(), uuid::Uuid::new_v4().simple()),
+            Some(parent) => format!(
+                "{parent}/.{}.sandlog-{}",
+                path.file_name(),
+                uuid::Uuid::new_v4().simple()
+            ),
+            None => format!(
+                ".{}.sandlog-{}",
+                path.file_name(),
+                uuid::Uuid::new_v4().simple()
+            ),
         };
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
@@ -125,20 +155,35 @@ impl Workspace {
     pub fn remove(&self, path: &WorkspacePath, recursive: bool) -> Result<()> {
         match self.is_dir(path)? {
             None => Ok(()),
-            Some(true) if !recursive => Err(RuntimeError::IsDirectory { path: path.to_string() }),
-            Some(true) => self.dir.remove_dir_all(path.as_std_path()).map_err(self.map_error(path, "deleting")),
-            Some(false) => self.dir.remove_file(path.as_std_path()).map_err(self.map_error(path, "deleting")),
+            Some(true) if !recursive => Err(RuntimeError::IsDirectory {
+                path: path.to_string(),
+            }),
+            Some(true) => self
+                .dir
+                .remove_dir_all(path.as_std_path())
+                .map_err(self.map_error(path, "deleting")),
+            Some(false) => self
+                .dir
+                .remove_file(path.as_std_path())
+                .map_err(self.map_error(path, "deleting")),
         }
     }
 
     /// blake3 of a file's contents, streamed.
     pub fn hash(&self, path: &WorkspacePath) -> Result<Hash> {
-        let mut file = self.dir.open(path.as_std_path()).map_err(self.map_error(path, "hashing"))?;
+        let mut file = self
+            .dir
+            .open(path.as_std_path())
+            .map_err(self.map_error(path, "hashing"))?;
         let mut hasher = blake3::Hasher::new();
         let mut buffer = vec![0u8; HASH_BUFFER_BYTES];
         loop {
-            let read = file.read(&mut buffer).map_err(self.map_error(path, "hashing"))?;
-            let Some(chunk) = buffer.get(..read) else { break };
+            let read = file
+                .read(&mut buffer)
+                .map_err(self.map_error(path, "hashing"))?;
+            let Some(chunk) = buffer.get(..read) else {
+                break;
+            };
             if chunk.is_empty() {
                 break;
             }
@@ -159,16 +204,24 @@ impl Workspace {
                 None => self.dir.entries(),
                 Some(path) => self.dir.read_dir(path.as_std_path()),
             }
-            .map_err(RuntimeError::io(format!("scanning {}", self.path.display())))?;
+            .map_err(RuntimeError::io(format!(
+                "scanning {}",
+                self.path.display()
+            )))?;
             for entry in entries {
                 visited += 1;
                 if visited > SCAN_ENTRIES_MAX {
                     return Err(RuntimeError::Io {
                         context: format!("scanning {}", self.path.display()),
-                        source: std::io::Error::other(format!("more than {SCAN_ENTRIES_MAX} entries")),
+                        source: std::io::Error::other(format!(
+                            "more than {SCAN_ENTRIES_MAX} entries"
+                        )),
                     });
                 }
-                let entry = entry.map_err(RuntimeError::io(format!("scanning {}", self.path.display())))?;
+                let entry = entry.map_err(RuntimeError::io(format!(
+                    "scanning {}",
+                    self.path.display()
+                )))?;
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else {
                     tracing::warn!(workspace = %self.path.display(), "skipping an entry whose name is not UTF-8");
@@ -182,17 +235,27 @@ impl Workspace {
                     tracing::warn!(workspace = %self.path.display(), name, "skipping an entry sandlog cannot name");
                     continue;
                 };
-                let file_type = entry.file_type().map_err(RuntimeError::io(format!("scanning {path}")))?;
+                let file_type = entry
+                    .file_type()
+                    .map_err(RuntimeError::io(format!("scanning {path}")))?;
                 if file_type.is_dir() {
                     pending.push(Some(path));
                 } else if file_type.is_file() {
-                    let metadata = entry.metadata().map_err(RuntimeError::io(format!("scanning {path}")))?;
+                    let metadata = entry
+                        .metadata()
+                        .map_err(RuntimeError::io(format!("scanning {path}")))?;
                     let mtime_ns = metadata
                         .modified()
                         .ok()
                         .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
                         .map_or(0, |duration| duration.as_nanos() as i128);
-                    files.insert(path, Scanned { size: metadata.len(), mtime_ns });
+                    files.insert(
+                        path,
+                        Scanned {
+                            size: metadata.len(),
+                            mtime_ns,
+                        },
+                    );
                 }
             }
         }
@@ -208,7 +271,9 @@ pub fn dir_size(path: &Path) -> std::io::Result<u64> {
     while let Some(directory) = pending.pop() {
         let entries = match std::fs::read_dir(&directory) {
             Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && directory == path => return Ok(0),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && directory == path => {
+                return Ok(0);
+            }
             Err(error) => return Err(error),
         };
         for entry in entries {

@@ -25,7 +25,10 @@ const NO_PROGRESS: &(dyn Fn(u64, u64) + Sync) = &|_, _| {};
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
 fn env_size(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -36,7 +39,12 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 /// A root with `sessions` sessions (each one 100-byte file, on disk when
 /// `with_dirs`), their `updated_at` spread over 60 days, appended directly
 /// through the engine's store (fast setup with Durability::Normal).
-fn populate(root: &Path, clock: &ManualClock, sessions: usize, with_dirs: bool) -> BenchResult<Engine> {
+fn populate(
+    root: &Path,
+    clock: &ManualClock,
+    sessions: usize,
+    with_dirs: bool,
+) -> BenchResult<Engine> {
     Engine::init(root)?;
     let options = EngineOptions {
         clock: Arc::new(clock.clone()),
@@ -49,7 +57,9 @@ fn populate(root: &Path, clock: &ManualClock, sessions: usize, with_dirs: bool) 
     let hash = Hash::of(&content);
     let path = WorkspacePath::parse("data.txt")?;
     for index in 0..sessions {
-        clock.set(start.saturating_add(Duration::from_secs((index as u64 * 60 * 24 * 3600) / sessions.max(1) as u64)));
+        clock.set(start.saturating_add(Duration::from_secs(
+            (index as u64 * 60 * 24 * 3600) / sessions.max(1) as u64,
+        )));
         let session_id = SessionId::new_v4();
         if with_dirs {
             let dir = engine.layout().workspace(session_id);
@@ -57,13 +67,26 @@ fn populate(root: &Path, clock: &ManualClock, sessions: usize, with_dirs: bool) 
             std::fs::write(dir.join("data.txt"), &content)?;
         }
         let events = [
-            NewEvent::from_event(&Event::SessionCreated(SessionCreated { session_id, labels: BTreeMap::new() }), "bench"),
             NewEvent::from_event(
-                &Event::FileWritten(FileWritten { path: path.clone(), size: 100, blake3: hash, by: WrittenBy::Host }),
+                &Event::SessionCreated(SessionCreated {
+                    session_id,
+                    labels: BTreeMap::new(),
+                }),
+                "bench",
+            ),
+            NewEvent::from_event(
+                &Event::FileWritten(FileWritten {
+                    path: path.clone(),
+                    size: 100,
+                    blake3: hash,
+                    by: WrittenBy::Host,
+                }),
                 "bench",
             ),
         ];
-        engine.store().append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
+        engine
+            .store()
+            .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
     }
     clock.set(start.saturating_add(61 * DAY));
     Ok(engine)
@@ -78,9 +101,15 @@ fn seed_scan(dir: &Path, threshold: Timestamp) -> BenchResult<usize> {
         if SessionId::parse(name).is_err() {
             continue;
         }
-        let Ok(bytes) = std::fs::read(entry.path().join(".metadata.json")) else { continue };
+        let Ok(bytes) = std::fs::read(entry.path().join(".metadata.json")) else {
+            continue;
+        };
         let value: serde_json::Value = serde_json::from_slice(&bytes)?;
-        let updated = value.get("updated_at").and_then(|v| v.as_str()).map(Timestamp::parse).transpose()?;
+        let updated = value
+            .get("updated_at")
+            .and_then(|v| v.as_str())
+            .map(Timestamp::parse)
+            .transpose()?;
         if updated.is_some_and(|t| t <= threshold) {
             old += 1;
         }
@@ -92,7 +121,9 @@ fn main() -> BenchResult<()> {
     let sessions = env_size("SANDLOG_BENCH_SESSIONS", 100_000);
     let prune_sessions = env_size("SANDLOG_BENCH_PRUNE", 10_000);
     let reconcile_sessions = env_size("SANDLOG_BENCH_RECONCILE", 10_000);
-    println!("lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} pruned, {reconcile_sessions} reconciled");
+    println!(
+        "lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} pruned, {reconcile_sessions} reconciled"
+    );
 
     // 1. Selection + dry run over `sessions`, against the seed scan.
     let dir = tempfile::tempdir()?;
@@ -119,10 +150,13 @@ fn main() -> BenchResult<()> {
         let at = Timestamp::from_unix_micros(1_700_000_000_000_000 + index as i64 * 1_000_000);
         std::fs::write(
             workspace.join(".metadata.json"),
-            format!(r#"{{"session_id":"{id}","created_at":"{at}","updated_at":"{at}","version":1}}"#),
+            format!(
+                r#"{{"session_id":"{id}","created_at":"{at}","updated_at":"{at}","version":1}}"#
+            ),
         )?;
     }
-    let threshold = Timestamp::from_unix_micros(1_700_000_000_000_000 + (sessions as i64 / 2) * 1_000_000);
+    let threshold =
+        Timestamp::from_unix_micros(1_700_000_000_000_000 + (sessions as i64 / 2) * 1_000_000);
     let mut samples = Vec::new();
     for _ in 0..3 {
         let started = Instant::now();
@@ -158,10 +192,26 @@ fn main() -> BenchResult<()> {
     println!();
     println!("| measurement | result | target |");
     println!("|---|---|---|");
-    println!("| prune selection + dry run, {sessions} sessions ({candidates} candidates), median of 7 | {:.1} ms | ≤ 100 ms |", dry_run.as_secs_f64() * 1e3);
-    println!("| seed-style scan of {sessions} dirs reading .metadata.json, median of 3 | {:.1} ms | — |", scan.as_secs_f64() * 1e3);
-    println!("| ratio seed scan / sandlog dry run | {:.1}× | — |", scan.as_secs_f64() / dry_run.as_secs_f64().max(1e-9));
-    println!("| real prune of {prune_sessions} small sessions (Durability::Normal) | {:.2} s, {:.0} sessions/s | — |", prune_elapsed.as_secs_f64(), prune_sessions as f64 / prune_elapsed.as_secs_f64().max(1e-9));
-    println!("| reconcile, {reconcile_sessions} sessions, nothing to do, median of 5 | {:.1} ms | ≤ 1000 ms |", reconcile.as_secs_f64() * 1e3);
+    println!(
+        "| prune selection + dry run, {sessions} sessions ({candidates} candidates), median of 7 | {:.1} ms | ≤ 100 ms |",
+        dry_run.as_secs_f64() * 1e3
+    );
+    println!(
+        "| seed-style scan of {sessions} dirs reading .metadata.json, median of 3 | {:.1} ms | — |",
+        scan.as_secs_f64() * 1e3
+    );
+    println!(
+        "| ratio seed scan / sandlog dry run | {:.1}× | — |",
+        scan.as_secs_f64() / dry_run.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| real prune of {prune_sessions} small sessions (Durability::Normal) | {:.2} s, {:.0} sessions/s | — |",
+        prune_elapsed.as_secs_f64(),
+        prune_sessions as f64 / prune_elapsed.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| reconcile, {reconcile_sessions} sessions, nothing to do, median of 5 | {:.1} ms | ≤ 1000 ms |",
+        reconcile.as_secs_f64() * 1e3
+    );
     Ok(())
 }

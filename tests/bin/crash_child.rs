@@ -46,15 +46,20 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let engine = Engine::open(&root, options)?;
     let mut stdout = std::io::stdout();
     loop {
-        let active: Vec<SessionId> =
-            engine.sessions(Some(SessionStatus::Active))?.into_iter().map(|s| s.session_id).collect();
+        let active: Vec<SessionId> = engine
+            .sessions(Some(SessionStatus::Active))?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect();
         let pick = |rng: &mut Rng| active.get(rng.below(active.len() as u64) as usize).copied();
         let done = match rng.below(10) {
             0..=2 => engine.create_session(BTreeMap::new()).map(|_| ()).is_ok(),
             3..=4 => match pick(&mut rng) {
                 Some(id) => {
                     let name = WorkspacePath::parse(&format!("f{}.txt", rng.below(4)))?;
-                    engine.write_file(id, &name, &vec![b'x'; rng.below(4096) as usize], true).is_ok()
+                    engine
+                        .write_file(id, &name, &vec![b'x'; rng.below(4096) as usize], true)
+                        .is_ok()
                 }
                 None => false,
             },
@@ -63,13 +68,19 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
                 None => false,
             },
             6 => {
-                let policy = PrunePolicy { max_deletions: Some(2), ..PrunePolicy::older_than(Duration::ZERO) };
+                let policy = PrunePolicy {
+                    max_deletions: Some(2),
+                    ..PrunePolicy::older_than(Duration::ZERO)
+                };
                 engine.prune(&policy, false, &|_, _| {}).is_ok()
             }
-            7 => engine.reconcile(&ReconcileOptions::default(), &|_, _| {}).is_ok(),
+            7 => engine
+                .reconcile(&ReconcileOptions::default(), &|_, _| {})
+                .is_ok(),
             _ => match pick(&mut rng) {
                 Some(id) if std::env::var_os("SANDLOG_RUNTIMES_DIR").is_some() => {
-                    let code = format!("open('g{}.txt', 'w').write('{}')", rng.below(3), rng.next());
+                    let code =
+                        format!("open('g{}.txt', 'w').write('{}')", rng.below(3), rng.next());
                     engine.execute(id, &ExecRequest::python(code)).is_ok()
                 }
                 _ => false,

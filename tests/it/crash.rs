@@ -10,6 +10,8 @@
 //! The base seed is printed; rerun one with `SANDLOG_CRASH_SEED=<seed>`.
 //! `SANDLOG_CRASH_KILLS` sets the number of kills (default 200).
 
+#![cfg(test)]
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -31,16 +33,24 @@ const LIFETIME_MAX_MS: u64 = 120;
 fn sigkill_at_random_points_loses_nothing_acknowledged() -> TestResult {
     let base_seed: u64 = match std::env::var("SANDLOG_CRASH_SEED") {
         Ok(seed) => seed.parse()?,
-        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64,
     };
-    let kills: u64 = std::env::var("SANDLOG_CRASH_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(KILLS_DEFAULT);
-    println!("crash test: base seed {base_seed} (SANDLOG_CRASH_SEED={base_seed} replays it), {kills} kills");
+    let kills: u64 = std::env::var("SANDLOG_CRASH_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(KILLS_DEFAULT);
+    println!(
+        "crash test: base seed {base_seed} (SANDLOG_CRASH_SEED={base_seed} replays it), {kills} kills"
+    );
     // Make sure the module cache is warm before timing kills (the first
     // compile of python.wasm would otherwise eat every child's lifetime).
     sandlog_tests::engine::runtimes_dir();
     let warm = sandlog_tests::engine::TestRoot::new()?;
     let id = warm.engine.create_session(Default::default())?.session_id;
-    warm.engine.execute(id, &sandlog_runtime::ExecRequest::python("pass"))?;
+    warm.engine
+        .execute(id, &sandlog_runtime::ExecRequest::python("pass"))?;
 
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
@@ -77,39 +87,83 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() -> TestResult {
         }
         check_root(&root, &acknowledged, seed)?;
     }
-    println!("crash test: {kills} kills, {killed_with_work} after acknowledged work, {} acknowledgements checked", acknowledged.len());
-    assert!(killed_with_work > kills / 4, "too few children got work done before the kill ({killed_with_work}/{kills})");
+    println!(
+        "crash test: {kills} kills, {killed_with_work} after acknowledged work, {} acknowledgements checked",
+        acknowledged.len()
+    );
+    assert!(
+        killed_with_work > kills / 4,
+        "too few children got work done before the kill ({killed_with_work}/{kills})"
+    );
     Ok(())
 }
 
 fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64) -> TestResult {
-    let mut options = sandlog_runtime::EngineOptions::default();
-    options.runtimes_dir = Some(sandlog_tests::engine::runtimes_dir());
-    options.cache_dir = Some(sandlog_tests::engine::cache_dir());
-    let engine = Engine::open(root, options).map_err(|error| format!("seed {seed}: reopen failed: {error}"))?;
-    let report = engine.store().verify().map_err(|error| format!("seed {seed}: verify failed: {error}"))?;
+    let options = sandlog_runtime::EngineOptions {
+        runtimes_dir: Some(sandlog_tests::engine::runtimes_dir()),
+        cache_dir: Some(sandlog_tests::engine::cache_dir()),
+        ..sandlog_runtime::EngineOptions::default()
+    };
+    let engine = Engine::open(root, options)
+        .map_err(|error| format!("seed {seed}: reopen failed: {error}"))?;
+    let report = engine
+        .store()
+        .verify()
+        .map_err(|error| format!("seed {seed}: verify failed: {error}"))?;
     for (position, hash) in acknowledged {
-        let envelope = engine
-            .store()
-            .get(Position(*position))?
-            .ok_or_else(|| format!("seed {seed}: acknowledged position {position} is missing (head {})", report.head))?;
-        assert_eq!(envelope.hash, Hash::from_hex(hash)?, "seed {seed}: position {position} changed");
+        let envelope = engine.store().get(Position(*position))?.ok_or_else(|| {
+            format!(
+                "seed {seed}: acknowledged position {position} is missing (head {})",
+                report.head
+            )
+        })?;
+        assert_eq!(
+            envelope.hash,
+            Hash::from_hex(hash)?,
+            "seed {seed}: position {position} changed"
+        );
     }
-    let reconcile = engine.reconcile(&ReconcileOptions { orphan_grace: Duration::ZERO, ..ReconcileOptions::default() }, &|_, _| {})?;
-    assert!(reconcile.errors.is_empty(), "seed {seed}: {:?}", reconcile.errors);
+    let reconcile = engine.reconcile(
+        &ReconcileOptions {
+            orphan_grace: Duration::ZERO,
+            ..ReconcileOptions::default()
+        },
+        &|_, _| {},
+    )?;
+    assert!(
+        reconcile.errors.is_empty(),
+        "seed {seed}: {:?}",
+        reconcile.errors
+    );
     for orphan in &reconcile.orphans {
         let id = sandlog_core::SessionId::parse(orphan)?;
         let known = engine.store().stream_version(id.stream())?;
-        assert!(known.is_none(), "seed {seed}: quarantine was needed for {orphan}, which the log knows");
+        assert!(
+            known.is_none(),
+            "seed {seed}: quarantine was needed for {orphan}, which the log knows"
+        );
     }
     for session in engine.sessions(None)? {
         let exists = engine.layout().workspace(session.session_id).exists();
         match session.status {
-            SessionStatus::Active => assert!(exists, "seed {seed}: live session {} has no directory", session.session_id),
+            SessionStatus::Active => assert!(
+                exists,
+                "seed {seed}: live session {} has no directory",
+                session.session_id
+            ),
             SessionStatus::Pruned | SessionStatus::Deleted => {
-                assert!(!exists, "seed {seed}: {} session {} still has a directory", session.status.as_str(), session.session_id)
+                assert!(
+                    !exists,
+                    "seed {seed}: {} session {} still has a directory",
+                    session.status.as_str(),
+                    session.session_id
+                )
             }
-            status => panic!("seed {seed}: session {} left {} after reopen", session.session_id, status.as_str()),
+            status => panic!(
+                "seed {seed}: session {} left {} after reopen",
+                session.session_id,
+                status.as_str()
+            ),
         }
     }
     Ok(())

@@ -2,6 +2,8 @@
 //! isolation, host file operations, metadata timestamps (S1–S5, M1–M3,
 //! X1, X2).
 
+#![cfg(test)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -24,8 +26,14 @@ fn create_session_makes_directory_event_and_equal_timestamps() -> TestResult {
     let session = root.engine.create_session(labels.clone())?;
     assert_eq!(session.session_id.as_uuid().get_version_num(), 4);
     assert!(root.engine.layout().workspace(session.session_id).is_dir());
-    let events = root.engine.store().read_stream(StreamId::Session(session.session_id))?;
-    assert_eq!(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), vec!["session.created"]);
+    let events = root
+        .engine
+        .store()
+        .read_stream(StreamId::Session(session.session_id))?;
+    assert_eq!(
+        events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        vec!["session.created"]
+    );
     assert_eq!(session.created_at, session.updated_at);
     assert_eq!(session.labels, labels);
     let metadata = serde_json::to_value(session.seed_metadata())?;
@@ -40,12 +48,19 @@ fn create_session_makes_directory_event_and_equal_timestamps() -> TestResult {
 fn print_one_runs_and_is_recorded() -> TestResult {
     let root = TestRoot::new()?;
     let session = root.engine.create_session(BTreeMap::new())?;
-    let run = root.engine.execute(session.session_id, &ExecRequest::python("print(1)"))?;
+    let run = root
+        .engine
+        .execute(session.session_id, &ExecRequest::python("print(1)"))?;
     assert_eq!(run.outcome, Outcome::Ok);
     assert_eq!(run.exit_code, Some(0));
     assert_eq!(run.stdout, b"1\n");
-    let kinds: Vec<String> =
-        root.engine.store().read_stream(StreamId::Session(session.session_id))?.into_iter().map(|e| e.kind).collect();
+    let kinds: Vec<String> = root
+        .engine
+        .store()
+        .read_stream(StreamId::Session(session.session_id))?
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
     assert_eq!(kinds, vec!["session.created", "session.executed"]);
     Ok(())
 }
@@ -57,13 +72,26 @@ fn print_one_runs_and_is_recorded() -> TestResult {
 fn files_persist_across_executions_and_guest_writes_are_events() -> TestResult {
     let root = TestRoot::new()?;
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
-    let first = root.engine.execute(id, &ExecRequest::python("import os\nos.makedirs('d')\nopen('d/x.txt','w').write('hello')"))?;
-    assert_eq!(first.outcome, Outcome::Ok, "{}", String::from_utf8_lossy(&first.stderr));
+    let first = root.engine.execute(
+        id,
+        &ExecRequest::python("import os\nos.makedirs('d')\nopen('d/x.txt','w').write('hello')"),
+    )?;
+    assert_eq!(
+        first.outcome,
+        Outcome::Ok,
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     assert_eq!(first.files_written, vec![path("d/x.txt")]);
-    let second = root.engine.execute(id, &ExecRequest::python("print(open('d/x.txt').read())"))?;
+    let second = root
+        .engine
+        .execute(id, &ExecRequest::python("print(open('d/x.txt').read())"))?;
     assert_eq!(second.stdout, b"hello\n");
     let events = root.engine.store().read_stream(StreamId::Session(id))?;
-    let executed = events.iter().find(|e| e.kind == "session.executed").unwrap();
+    let executed = events
+        .iter()
+        .find(|e| e.kind == "session.executed")
+        .unwrap();
     let written = events.iter().find(|e| e.kind == "file.written").unwrap();
     assert_eq!(written.position.0, executed.position.0 + 1);
     assert_eq!(written.recorded_at, executed.recorded_at);
@@ -72,7 +100,9 @@ fn files_persist_across_executions_and_guest_writes_are_events() -> TestResult {
     assert_eq!(files[0].size, 5);
     assert_eq!(files[0].blake3, sandlog_core::Hash::of(b"hello"));
     // A guest delete becomes file.deleted.
-    let third = root.engine.execute(id, &ExecRequest::python("import os; os.remove('d/x.txt')"))?;
+    let third = root
+        .engine
+        .execute(id, &ExecRequest::python("import os; os.remove('d/x.txt')"))?;
     assert_eq!(third.files_deleted, vec![path("d/x.txt")]);
     assert!(root.engine.list_files(id, None)?.is_empty());
     Ok(())
@@ -85,8 +115,10 @@ fn sessions_are_isolated_from_each_other_and_the_host() -> TestResult {
     let root = TestRoot::new()?;
     let alice = root.engine.create_session(BTreeMap::new())?.session_id;
     let bob = root.engine.create_session(BTreeMap::new())?.session_id;
-    root.engine.write_file(alice, &path("secret.txt"), b"alice only", false)?;
-    root.engine.write_file(bob, &path("mine.txt"), b"bob", false)?;
+    root.engine
+        .write_file(alice, &path("secret.txt"), b"alice only", false)?;
+    root.engine
+        .write_file(bob, &path("mine.txt"), b"bob", false)?;
     let code = format!(
         "import os\n\
          print(sorted(os.listdir('/app')))\n\
@@ -104,7 +136,14 @@ fn sessions_are_isolated_from_each_other_and_the_host() -> TestResult {
     assert_eq!(lines[0], "['mine.txt']");
     assert_eq!(lines[1], "/app");
     assert!(!stdout.contains("READ"), "{stdout}");
-    assert_eq!(lines.iter().filter(|line| line.starts_with("denied")).count(), 6, "{stdout}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.starts_with("denied"))
+            .count(),
+        6,
+        "{stdout}"
+    );
     Ok(())
 }
 
@@ -116,7 +155,8 @@ fn updated_at_moves_on_success_and_host_writes_only() -> TestResult {
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
     let created = root.engine.session(id)?;
     root.clock.advance(Duration::from_secs(60));
-    root.engine.execute(id, &ExecRequest::python("raise SystemExit(3)"))?;
+    root.engine
+        .execute(id, &ExecRequest::python("raise SystemExit(3)"))?;
     let after_failure = root.engine.session(id)?;
     assert_eq!(after_failure.updated_at, created.updated_at);
     assert_eq!(after_failure.last_outcome, Some(Outcome::Error));
@@ -150,25 +190,45 @@ fn limits_end_runs_as_outcomes() -> TestResult {
     let root = TestRoot::new()?;
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
     let mut request = ExecRequest::python("while True: pass");
-    request.limits = LimitOverrides { timeout: Some(Duration::from_millis(500)), fuel: Some(u64::MAX / 2), ..LimitOverrides::default() };
+    request.limits = LimitOverrides {
+        timeout: Some(Duration::from_millis(500)),
+        fuel: Some(u64::MAX / 2),
+        ..LimitOverrides::default()
+    };
     let started = std::time::Instant::now();
     let run = root.engine.execute(id, &request)?;
     assert_eq!(run.outcome, Outcome::Timeout);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 
     // 4 GiB in 512 MiB pieces (one 4 GiB object does not fit wasm32's
     // index size and fails before asking for memory).
-    let run = root.engine.execute(id, &ExecRequest::python("chunks = [bytearray(512 * 1024**2) for _ in range(8)]"))?;
+    let run = root.engine.execute(
+        id,
+        &ExecRequest::python("chunks = [bytearray(512 * 1024**2) for _ in range(8)]"),
+    )?;
     assert_eq!(run.outcome, Outcome::Memory);
 
-    let mut request = ExecRequest::python("import sys\nfor _ in range(100): sys.stdout.write('x' * 1_000_000)");
-    request.limits = LimitOverrides { output_bytes: Some(64 * 1024), ..LimitOverrides::default() };
+    let mut request =
+        ExecRequest::python("import sys\nfor _ in range(100): sys.stdout.write('x' * 1_000_000)");
+    request.limits = LimitOverrides {
+        output_bytes: Some(64 * 1024),
+        ..LimitOverrides::default()
+    };
     let run = root.engine.execute(id, &request)?;
     assert_eq!(run.outcome, Outcome::Ok);
     assert!(run.stdout_truncated);
     assert_eq!(run.stdout.len(), 64 * 1024);
     // The session is still usable, and the failures did not move updated_at.
-    assert_eq!(root.engine.execute(id, &ExecRequest::python("print(2)"))?.stdout, b"2\n");
+    assert_eq!(
+        root.engine
+            .execute(id, &ExecRequest::python("print(2)"))?
+            .stdout,
+        b"2\n"
+    );
     Ok(())
 }
 
@@ -177,8 +237,13 @@ fn limits_end_runs_as_outcomes() -> TestResult {
 fn guest_filling_the_workspace_past_quota_ends_as_quota() -> TestResult {
     let root = TestRoot::new()?;
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
-    let mut request = ExecRequest::python("f = open('big.bin', 'wb')\nfor _ in range(64): f.write(b'x' * 1024 * 1024)\nf.close()");
-    request.limits = LimitOverrides { workspace_bytes: Some(8 * 1024 * 1024), ..LimitOverrides::default() };
+    let mut request = ExecRequest::python(
+        "f = open('big.bin', 'wb')\nfor _ in range(64): f.write(b'x' * 1024 * 1024)\nf.close()",
+    );
+    request.limits = LimitOverrides {
+        workspace_bytes: Some(8 * 1024 * 1024),
+        ..LimitOverrides::default()
+    };
     let run = root.engine.execute(id, &request)?;
     assert_eq!(run.outcome, Outcome::Quota);
     Ok(())
@@ -190,29 +255,61 @@ fn guest_filling_the_workspace_past_quota_ends_as_quota() -> TestResult {
 fn host_file_operations_record_size_and_hash() -> TestResult {
     let root = TestRoot::new()?;
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
-    let written = root.engine.write_file(id, &path("src/main.py"), b"print(42)\n", false)?;
+    let written = root
+        .engine
+        .write_file(id, &path("src/main.py"), b"print(42)\n", false)?;
     assert_eq!(written.size, 10);
     assert_eq!(written.blake3, sandlog_core::Hash::of(b"print(42)\n"));
     assert!(matches!(
-        root.engine.write_file(id, &path("src/main.py"), b"other", false),
+        root.engine
+            .write_file(id, &path("src/main.py"), b"other", false),
         Err(RuntimeError::FileExists { .. })
     ));
-    root.engine.write_file(id, &path("src/main.py"), b"print(43)\n", true)?;
-    root.engine.write_file(id, &path("notes.txt"), b"n", false)?;
-    assert_eq!(root.engine.read_file(id, &path("src/main.py"))?, b"print(43)\n");
-    let top: Vec<String> = root.engine.list_files(id, Some("*.txt"))?.into_iter().map(|f| f.path.to_string()).collect();
+    root.engine
+        .write_file(id, &path("src/main.py"), b"print(43)\n", true)?;
+    root.engine
+        .write_file(id, &path("notes.txt"), b"n", false)?;
+    assert_eq!(
+        root.engine.read_file(id, &path("src/main.py"))?,
+        b"print(43)\n"
+    );
+    let top: Vec<String> = root
+        .engine
+        .list_files(id, Some("*.txt"))?
+        .into_iter()
+        .map(|f| f.path.to_string())
+        .collect();
     assert_eq!(top, vec!["notes.txt"]);
-    let deep: Vec<String> = root.engine.list_files(id, Some("**/*.py"))?.into_iter().map(|f| f.path.to_string()).collect();
+    let deep: Vec<String> = root
+        .engine
+        .list_files(id, Some("**/*.py"))?
+        .into_iter()
+        .map(|f| f.path.to_string())
+        .collect();
     assert_eq!(deep, vec!["src/main.py"]);
     // The guest runs the host-written file.
-    assert_eq!(root.engine.execute(id, &ExecRequest::python("exec(open('src/main.py').read())"))?.stdout, b"43\n");
-    assert!(matches!(root.engine.delete_file(id, &path("src"), false), Err(RuntimeError::IsDirectory { .. })));
+    assert_eq!(
+        root.engine
+            .execute(id, &ExecRequest::python("exec(open('src/main.py').read())"))?
+            .stdout,
+        b"43\n"
+    );
+    assert!(matches!(
+        root.engine.delete_file(id, &path("src"), false),
+        Err(RuntimeError::IsDirectory { .. })
+    ));
     let deleted = root.engine.delete_file(id, &path("src"), true)?;
     assert_eq!(deleted, vec![path("src/main.py")]);
     assert!(!root.engine.layout().workspace(id).join("src").exists());
-    assert!(matches!(root.engine.read_file(id, &path("src/main.py")), Err(RuntimeError::FileNotFound { .. })));
+    assert!(matches!(
+        root.engine.read_file(id, &path("src/main.py")),
+        Err(RuntimeError::FileNotFound { .. })
+    ));
     // The blob of the first write is kept for replay.
-    assert_eq!(root.engine.store().get_blob(&written.blake3)?, Some(b"print(42)\n".to_vec()));
+    assert_eq!(
+        root.engine.store().get_blob(&written.blake3)?,
+        Some(b"print(42)\n".to_vec())
+    );
     Ok(())
 }
 
@@ -232,10 +329,19 @@ fn guest_symlink_pointing_outside_is_refused_by_host_operations() -> TestResult 
     std::os::unix::fs::symlink("../..", workspace.join("up"))?;
     for name in ["link", "up/outside.txt"] {
         let error = root.engine.read_file(id, &path(name)).unwrap_err();
-        assert!(matches!(error, RuntimeError::EscapesWorkspace { .. }), "{name}: {error}");
+        assert!(
+            matches!(error, RuntimeError::EscapesWorkspace { .. }),
+            "{name}: {error}"
+        );
     }
-    let error = root.engine.write_file(id, &path("up/outside.txt"), b"overwritten", true).unwrap_err();
-    assert!(matches!(error, RuntimeError::EscapesWorkspace { .. }), "{error}");
+    let error = root
+        .engine
+        .write_file(id, &path("up/outside.txt"), b"overwritten", true)
+        .unwrap_err();
+    assert!(
+        matches!(error, RuntimeError::EscapesWorkspace { .. }),
+        "{error}"
+    );
     assert_eq!(std::fs::read_to_string(&outside)?, "host secret");
     Ok(())
 }
@@ -244,13 +350,24 @@ fn guest_symlink_pointing_outside_is_refused_by_host_operations() -> TestResult 
 #[test]
 fn different_sessions_execute_concurrently() -> TestResult {
     let root = TestRoot::new()?;
-    let ids: Vec<_> = (0..4).map(|_| root.engine.create_session(BTreeMap::new()).map(|s| s.session_id)).collect::<Result<_, _>>()?;
+    let ids: Vec<_> = (0..4)
+        .map(|_| {
+            root.engine
+                .create_session(BTreeMap::new())
+                .map(|s| s.session_id)
+        })
+        .collect::<Result<_, _>>()?;
     std::thread::scope(|scope| {
         let handles: Vec<_> = ids
             .iter()
             .map(|id| {
                 let engine = &root.engine;
-                scope.spawn(move || engine.execute(*id, &ExecRequest::python(format!("open('id.txt','w').write('{id}')"))))
+                scope.spawn(move || {
+                    engine.execute(
+                        *id,
+                        &ExecRequest::python(format!("open('id.txt','w').write('{id}')")),
+                    )
+                })
             })
             .collect();
         for handle in handles {
@@ -259,7 +376,10 @@ fn different_sessions_execute_concurrently() -> TestResult {
         }
     });
     for id in &ids {
-        assert_eq!(root.engine.read_file(*id, &path("id.txt"))?, id.to_string().into_bytes());
+        assert_eq!(
+            root.engine.read_file(*id, &path("id.txt"))?,
+            id.to_string().into_bytes()
+        );
     }
     root.engine.store().verify()?;
     Ok(())
@@ -271,7 +391,9 @@ fn different_sessions_execute_concurrently() -> TestResult {
 fn unknown_sessions_and_bad_paths_are_clear_errors() -> TestResult {
     let root = TestRoot::new()?;
     let unknown = sandlog_core::SessionId::new_v4();
-    assert!(matches!(root.engine.execute(unknown, &ExecRequest::python("pass")), Err(RuntimeError::UnknownSession(id)) if id == unknown));
+    assert!(
+        matches!(root.engine.execute(unknown, &ExecRequest::python("pass")), Err(RuntimeError::UnknownSession(id)) if id == unknown)
+    );
     for bad in ["/etc/passwd", "../x", "a\0b", ""] {
         assert!(WorkspacePath::parse(bad).is_err(), "{bad:?}");
     }

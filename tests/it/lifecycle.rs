@@ -1,6 +1,8 @@
 //! Prune, delete, reconcile and adopt on real directories (S6, M4, P1–P7,
 //! C1–C3). The seed documents' scenarios, each citing its requirement.
 
+#![cfg(test)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,12 +24,16 @@ fn path(text: &str) -> WorkspacePath {
 
 fn session_with_file(root: &TestRoot, bytes: usize) -> Result<SessionId, RuntimeError> {
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
-    root.engine.write_file(id, &path("data.bin"), &vec![7u8; bytes], false)?;
+    root.engine
+        .write_file(id, &path("data.bin"), &vec![7u8; bytes], false)?;
     Ok(id)
 }
 
 fn reconcile_now() -> ReconcileOptions {
-    ReconcileOptions { orphan_grace: Duration::ZERO, ..ReconcileOptions::default() }
+    ReconcileOptions {
+        orphan_grace: Duration::ZERO,
+        ..ReconcileOptions::default()
+    }
 }
 
 /// P1, P3: at a 24 h threshold, old sessions are deleted (directory gone,
@@ -41,7 +47,9 @@ fn prune_deletes_old_sessions_and_keeps_recent_ones() -> TestResult {
     root.clock.advance(48 * HOUR);
     let recent = session_with_file(&root, 10)?;
     root.clock.advance(HOUR);
-    let report = root.engine.prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
     let mut deleted = report.deleted_sessions.clone();
     deleted.sort();
     let mut expected = vec![old_a, old_b];
@@ -53,8 +61,17 @@ fn prune_deletes_old_sessions_and_keeps_recent_ones() -> TestResult {
     for id in [old_a, old_b] {
         assert!(!root.engine.layout().workspace(id).exists());
         assert_eq!(root.engine.session(id)?.status, SessionStatus::Pruned);
-        let kinds: Vec<String> = root.engine.store().read_stream(StreamId::Session(id))?.into_iter().map(|e| e.kind).collect();
-        assert_eq!(&kinds[kinds.len() - 2..], ["session.prune.requested", "session.pruned"]);
+        let kinds: Vec<String> = root
+            .engine
+            .store()
+            .read_stream(StreamId::Session(id))?
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            &kinds[kinds.len() - 2..],
+            ["session.prune.requested", "session.pruned"]
+        );
     }
     assert!(root.engine.layout().workspace(recent).exists());
     assert_eq!(root.engine.session(recent)?.status, SessionStatus::Active);
@@ -70,13 +87,17 @@ fn dry_run_lists_what_a_real_run_deletes_and_changes_nothing() -> TestResult {
     root.clock.advance(30 * HOUR);
     let _recent = session_with_file(&root, 300)?;
     let head_before = root.engine.store().head()?;
-    let dry = root.engine.prune(&PrunePolicy::older_than(24 * HOUR), true, NO_PROGRESS)?;
+    let dry = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), true, NO_PROGRESS)?;
     assert!(dry.dry_run);
     assert_eq!(dry.deleted_sessions, vec![old]);
     assert_eq!(root.engine.store().head()?, head_before);
     assert!(root.engine.layout().workspace(old).exists());
     assert!(dry.summary().ends_with("(dry run)"));
-    let real = root.engine.prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
+    let real = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
     assert_eq!(real.deleted_sessions, dry.deleted_sessions);
     assert_eq!(real.reclaimed_bytes, dry.reclaimed_bytes);
     Ok(())
@@ -107,7 +128,9 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
     write_seed(
         seeds.path(),
         valid,
-        Some(&format!(r#"{{"session_id":"{valid}","created_at":"2025-11-01T10:00:00.000000Z","updated_at":"2025-11-02T10:00:00.123456+00:00","version":1}}"#)),
+        Some(&format!(
+            r#"{{"session_id":"{valid}","created_at":"2025-11-01T10:00:00.000000Z","updated_at":"2025-11-02T10:00:00.123456+00:00","version":1}}"#
+        )),
     )?;
     write_seed(seeds.path(), missing, None)?;
     write_seed(seeds.path(), corrupted, Some("{ not json"))?;
@@ -120,15 +143,30 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
     assert!(seeds.path().join("not-a-session").exists());
 
     let adopted = root.engine.session(valid)?;
-    assert_eq!(adopted.created_at.unwrap().to_string(), "2025-11-01T10:00:00.000000Z");
-    assert_eq!(adopted.updated_at.unwrap().to_string(), "2025-11-02T10:00:00.123456Z");
+    assert_eq!(
+        adopted.created_at.unwrap().to_string(),
+        "2025-11-01T10:00:00.000000Z"
+    );
+    assert_eq!(
+        adopted.updated_at.unwrap().to_string(),
+        "2025-11-02T10:00:00.123456Z"
+    );
     assert_eq!(adopted.file_count, 1);
     for id in [valid, missing, corrupted] {
         let workspace = root.engine.layout().workspace(id);
         assert!(workspace.join("sub/file.txt").exists());
-        assert!(!workspace.join(".metadata.json").exists(), "metadata must leave the workspace (M3)");
+        assert!(
+            !workspace.join(".metadata.json").exists(),
+            "metadata must leave the workspace (M3)"
+        );
     }
-    assert!(root.engine.layout().evidence.join(format!("{corrupted}.metadata.json")).exists());
+    assert!(
+        root.engine
+            .layout()
+            .evidence
+            .join(format!("{corrupted}.metadata.json"))
+            .exists()
+    );
     for id in [missing, corrupted] {
         let session = root.engine.session(id)?;
         assert!(session.legacy);
@@ -136,11 +174,16 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
         assert_eq!(session.updated_at, None);
     }
     // Legacy sessions keep working.
-    let run = root.engine.execute(missing, &ExecRequest::python("print(open('sub/file.txt').read())"))?;
+    let run = root.engine.execute(
+        missing,
+        &ExecRequest::python("print(open('sub/file.txt').read())"),
+    )?;
     assert_eq!(run.stdout, b"seed data\n");
     assert_eq!(root.engine.session(missing)?.updated_at, None);
 
-    let report = root.engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
     assert_eq!(report.deleted_sessions, vec![valid]);
     let mut skipped = report.skipped_sessions.clone();
     skipped.sort();
@@ -177,16 +220,33 @@ fn permission_denied_on_one_session_does_not_stop_the_run() -> TestResult {
     let mut options = sandlog_tests::engine::options(&root.clock);
     options.fault = Some(Arc::new(FailRemovalOf(blocked)));
     root.engine = sandlog_runtime::Engine::open(root.path(), options)?;
-    let report = root.engine.prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
     assert_eq!(report.deleted_sessions.len(), 2);
     for id in others {
         assert!(report.deleted_sessions.contains(&id));
     }
-    assert!(report.errors.get(&blocked).is_some_and(|error| error.contains("permission denied") || error.contains("Permission denied")), "{:?}", report.errors);
+    assert!(
+        report.errors.get(&blocked).is_some_and(
+            |error| error.contains("permission denied") || error.contains("Permission denied")
+        ),
+        "{:?}",
+        report.errors
+    );
     assert_eq!(root.engine.session(blocked)?.status, SessionStatus::Active);
     assert!(root.engine.layout().workspace(blocked).exists());
-    let kinds: Vec<String> = root.engine.store().read_stream(StreamId::Session(blocked))?.into_iter().map(|e| e.kind).collect();
-    assert_eq!(kinds.last().map(String::as_str), Some("session.prune.failed"));
+    let kinds: Vec<String> = root
+        .engine
+        .store()
+        .read_stream(StreamId::Session(blocked))?
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session.prune.failed")
+    );
     root.reopen()?;
     Ok(())
 }
@@ -202,9 +262,14 @@ fn prune_skips_session_used_during_run() -> TestResult {
     // Pick candidates as the run will, then use the session in between by
     // going through a second engine on the same root (another process).
     let policy = PrunePolicy::older_than(24 * HOUR);
-    let plan = sandlog_projections::query::prune_candidates(root.engine.store(), &policy, sandlog_core::Clock::now(&root.clock))?;
+    let plan = sandlog_projections::query::prune_candidates(
+        root.engine.store(),
+        &policy,
+        sandlog_core::Clock::now(&root.clock),
+    )?;
     assert_eq!(plan.candidates.len(), 1);
-    let other = sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
+    let other =
+        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
     other.write_file(id, &path("late.txt"), b"used just now", false)?;
     // The intent expects the version the candidate was read at: it fails.
     let stale = plan.candidates[0].version;
@@ -217,8 +282,19 @@ fn prune_skips_session_used_during_run() -> TestResult {
         }),
         "api:test",
     );
-    let error = root.engine.store().append(StreamId::Session(id), sandlog_eventstore::ExpectedVersion::Exact(stale), &[intent]).unwrap_err();
-    assert!(matches!(error, sandlog_eventstore::EventStoreError::VersionConflict { .. }));
+    let error = root
+        .engine
+        .store()
+        .append(
+            StreamId::Session(id),
+            sandlog_eventstore::ExpectedVersion::Exact(stale),
+            &[intent],
+        )
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        sandlog_eventstore::EventStoreError::VersionConflict { .. }
+    ));
     // And a whole prune run now keeps it: it is no longer old.
     let report = root.engine.prune(&policy, false, NO_PROGRESS)?;
     assert!(report.deleted_sessions.is_empty());
@@ -237,10 +313,16 @@ fn max_deletions_and_max_sessions_take_the_oldest_first() -> TestResult {
         root.clock.advance(HOUR);
     }
     root.clock.advance(100 * HOUR);
-    let policy = PrunePolicy { max_deletions: Some(2), ..PrunePolicy::older_than(24 * HOUR) };
+    let policy = PrunePolicy {
+        max_deletions: Some(2),
+        ..PrunePolicy::older_than(24 * HOUR)
+    };
     let report = root.engine.prune(&policy, true, NO_PROGRESS)?;
     assert_eq!(report.deleted_sessions, ids[..2].to_vec());
-    let policy = PrunePolicy { max_sessions: Some(3), ..PrunePolicy::older_than(1000 * HOUR) };
+    let policy = PrunePolicy {
+        max_sessions: Some(3),
+        ..PrunePolicy::older_than(1000 * HOUR)
+    };
     let report = root.engine.prune(&policy, false, NO_PROGRESS)?;
     assert_eq!(report.deleted_sessions, ids[..2].to_vec());
     Ok(())
@@ -255,9 +337,21 @@ fn delete_session_is_two_phase_and_complete() -> TestResult {
     let report = root.engine.delete_session(id, "user asked")?;
     assert_eq!(report.reclaimed_bytes, 2048);
     assert!(!root.engine.layout().workspace(id).exists());
-    let kinds: Vec<String> = root.engine.store().read_stream(StreamId::Session(id))?.into_iter().map(|e| e.kind).collect();
-    assert_eq!(&kinds[kinds.len() - 2..], ["session.delete.requested", "session.deleted"]);
-    assert!(matches!(root.engine.execute(id, &ExecRequest::python("pass")), Err(RuntimeError::SessionNotActive { .. })));
+    let kinds: Vec<String> = root
+        .engine
+        .store()
+        .read_stream(StreamId::Session(id))?
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        &kinds[kinds.len() - 2..],
+        ["session.delete.requested", "session.deleted"]
+    );
+    assert!(matches!(
+        root.engine.execute(id, &ExecRequest::python("pass")),
+        Err(RuntimeError::SessionNotActive { .. })
+    ));
     Ok(())
 }
 
@@ -281,11 +375,21 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
         "api:test",
     );
     let version = root.engine.session(pending)?.version;
-    root.engine.store().append(StreamId::Session(pending), sandlog_eventstore::ExpectedVersion::Exact(version), &[intent])?;
+    root.engine.store().append(
+        StreamId::Session(pending),
+        sandlog_eventstore::ExpectedVersion::Exact(version),
+        &[intent],
+    )?;
     std::fs::remove_dir_all(root.engine.layout().workspace(vanished))?;
     let orphan = SessionId::new_v4();
     std::fs::create_dir_all(root.engine.layout().workspace(orphan).join("x"))?;
-    std::fs::write(root.engine.layout().workspace(orphan).join("x/evidence.txt"), b"unknown data")?;
+    std::fs::write(
+        root.engine
+            .layout()
+            .workspace(orphan)
+            .join("x/evidence.txt"),
+        b"unknown data",
+    )?;
     std::fs::create_dir(root.engine.layout().workspaces.join("README-not-a-session"))?;
 
     root.reopen()?; // Engine::open finishes the pending intent.
@@ -297,17 +401,27 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
     assert_eq!(report.drift.len(), 1);
     assert!(report.errors.is_empty());
     assert!(!root.engine.layout().workspace(orphan).exists());
-    let quarantined: Vec<_> = std::fs::read_dir(&root.engine.layout().quarantine)?.collect::<Result<_, _>>()?;
+    let quarantined: Vec<_> =
+        std::fs::read_dir(&root.engine.layout().quarantine)?.collect::<Result<_, _>>()?;
     assert_eq!(quarantined.len(), 1);
     assert!(quarantined[0].path().join("x/evidence.txt").exists());
-    assert!(root.engine.layout().workspaces.join("README-not-a-session").exists());
+    assert!(
+        root.engine
+            .layout()
+            .workspaces
+            .join("README-not-a-session")
+            .exists()
+    );
 
     let again = root.engine.reconcile(&reconcile_now(), NO_PROGRESS)?;
     assert!(again.actions.is_empty(), "{:?}", again.actions);
     let stats = sandlog_projections::query::stats(root.engine.store())?;
     assert_eq!(stats.cleanup.orphans_quarantined, 1);
     assert_eq!(stats.cleanup.reconcile_runs, 1);
-    assert_eq!(stats.cleanup.intents_finished, 0, "the intent was finished on open, not by the run");
+    assert_eq!(
+        stats.cleanup.intents_finished, 0,
+        "the intent was finished on open, not by the run"
+    );
     Ok(())
 }
 
@@ -317,18 +431,33 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
 fn deep_reconcile_reports_changed_files_once() -> TestResult {
     let root = TestRoot::new()?;
     let id = session_with_file(&root, 10)?;
-    std::fs::write(root.engine.layout().workspace(id).join("data.bin"), b"tampered")?;
-    let options = ReconcileOptions { deep: true, ..reconcile_now() };
+    std::fs::write(
+        root.engine.layout().workspace(id).join("data.bin"),
+        b"tampered",
+    )?;
+    let options = ReconcileOptions {
+        deep: true,
+        ..reconcile_now()
+    };
     let report = root.engine.reconcile(&options, NO_PROGRESS)?;
     assert_eq!(report.drift.len(), 1);
-    assert!(root.engine.reconcile(&options, NO_PROGRESS)?.actions.is_empty());
+    assert!(
+        root.engine
+            .reconcile(&options, NO_PROGRESS)?
+            .actions
+            .is_empty()
+    );
     Ok(())
 }
 
 /// P5: a missing root is a clear error.
 #[test]
 fn missing_root_is_a_clear_error() {
-    let error = sandlog_runtime::Engine::open(Path::new("/nonexistent/sandlog-root"), sandlog_runtime::EngineOptions::default()).unwrap_err();
+    let error = sandlog_runtime::Engine::open(
+        Path::new("/nonexistent/sandlog-root"),
+        sandlog_runtime::EngineOptions::default(),
+    )
+    .unwrap_err();
     assert!(matches!(error, RuntimeError::RootMissing(_)));
     assert!(error.to_string().contains("/nonexistent/sandlog-root"));
 }

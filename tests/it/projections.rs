@@ -6,6 +6,8 @@
 //! `ManualClock` only moves when the test says so, so every timestamp below
 //! is exact.
 
+#![cfg(test)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -27,7 +27,9 @@ pub fn runtimes_dir() -> PathBuf {
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("SANDLOG_TEST_CACHE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sandlog-test-cache"))
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sandlog-test-cache")
+        })
 }
 
 /// 2025-11-22T10:00:00Z, the tests' "now".

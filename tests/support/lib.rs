@@ -351,7 +351,7 @@ pub mod strategies {
     }
 }
 
+pub mod engine;
 /// Projections support: event builders, a manual-clock store, random
 /// valid histories (used by `it/projections.rs` and `benches/projections.rs`).
 pub mod events;
-pub mod engine;

@@ -21,7 +21,11 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
     let report = engine.adopt(dir, &progress)?;
     bar.finish_and_clear();
     if output.json {
-        let skipped: Vec<_> = report.skipped.iter().map(|(name, reason)| json!({"name": name, "reason": reason})).collect();
+        let skipped: Vec<_> = report
+            .skipped
+            .iter()
+            .map(|(name, reason)| json!({"name": name, "reason": reason}))
+            .collect();
         output.json(&json!({
             "adopted": report.adopted,
             "legacy": report.legacy,
@@ -33,10 +37,14 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
             output.line(&format!("adopted {id} (metadata valid: timestamps kept)"))?;
         }
         for id in &report.legacy {
-            output.line(&format!("adopted {id} as legacy (no metadata: never pruned)"))?;
+            output.line(&format!(
+                "adopted {id} as legacy (no metadata: never pruned)"
+            ))?;
         }
         for id in &report.corrupted {
-            output.line(&format!("adopted {id} as legacy (corrupted metadata kept in evidence/)"))?;
+            output.line(&format!(
+                "adopted {id} as legacy (corrupted metadata kept in evidence/)"
+            ))?;
         }
         for (name, reason) in &report.skipped {
             output.line(&format!("skipped {name}: {reason}"))?;

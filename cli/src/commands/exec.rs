@@ -15,32 +15,57 @@ pub fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliE
     let session_id = super::session_id(&args.id)?;
     let code = match (&args.code, &args.file, args.stdin.as_deref()) {
         (Some(code), _, _) => code.clone().into_bytes(),
-        (None, Some(path), _) => {
-            std::fs::read(path).map_err(|source| CliError::Io { context: format!("reading {}", path.display()), source })?
-        }
+        (None, Some(path), _) => std::fs::read(path).map_err(|source| CliError::Io {
+            context: format!("reading {}", path.display()),
+            source,
+        })?,
         (None, None, Some("-")) => {
             let mut code = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut code)
-                .map_err(|source| CliError::Io { context: "reading code from stdin".into(), source })?;
+                .map_err(|source| CliError::Io {
+                    context: "reading code from stdin".into(),
+                    source,
+                })?;
             code
         }
         (None, None, Some(other)) => {
-            return Err(CliError::Usage { kind: "usage", message: format!("unexpected argument {other:?}; use `-` to read code from stdin") });
+            return Err(CliError::Usage {
+                kind: "usage",
+                message: format!("unexpected argument {other:?}; use `-` to read code from stdin"),
+            });
         }
         (None, None, None) => {
-            return Err(CliError::Usage { kind: "usage", message: "give the code with --code, --file, or `-` (stdin)".into() });
+            return Err(CliError::Usage {
+                kind: "usage",
+                message: "give the code with --code, --file, or `-` (stdin)".into(),
+            });
         }
     };
     let limits = LimitOverrides {
         fuel: args.fuel,
-        timeout: args.timeout.as_deref().map(parse_duration).transpose().map_err(usage)?,
-        memory_bytes: args.memory.as_deref().map(parse_size).transpose().map_err(usage)?,
+        timeout: args
+            .timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(usage)?,
+        memory_bytes: args
+            .memory
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(usage)?,
         ..LimitOverrides::default()
     };
-    let request = ExecRequest { runtime: Runtime::parse(&args.runtime), code, limits };
+    let request = ExecRequest {
+        runtime: Runtime::parse(&args.runtime),
+        code,
+        limits,
+    };
     let execution = engine.execute(session_id, &request)?;
-    let failed = execution.outcome != Outcome::Ok || execution.exit_code.is_some_and(|code| code != 0);
+    let failed =
+        execution.outcome != Outcome::Ok || execution.exit_code.is_some_and(|code| code != 0);
     if output.json {
         output.json(&json!({
             "outcome": execution.outcome,
@@ -69,7 +94,10 @@ pub fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliE
                 stderr,
                 "sandlog: outcome {}{}",
                 execution.outcome.as_str(),
-                execution.message.as_deref().map_or(String::new(), |message| format!(": {message}"))
+                execution
+                    .message
+                    .as_deref()
+                    .map_or(String::new(), |message| format!(": {message}"))
             );
         }
     }

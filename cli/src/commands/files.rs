@@ -42,41 +42,73 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             }
         }
         FilesCommand::Cat { id, path } => {
-            let bytes = engine.read_file(super::session_id(&id)?, &super::workspace_path(&path)?)?;
+            let bytes =
+                engine.read_file(super::session_id(&id)?, &super::workspace_path(&path)?)?;
             let mut stdout = std::io::stdout().lock();
             match stdout.write_all(&bytes) {
                 Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
-                    return Err(CliError::Io { context: "writing to stdout".into(), source: error });
+                    return Err(CliError::Io {
+                        context: "writing to stdout".into(),
+                        source: error,
+                    });
                 }
                 _ => {}
             }
         }
-        FilesCommand::Put { id, path, from, stdin, overwrite } => {
+        FilesCommand::Put {
+            id,
+            path,
+            from,
+            stdin,
+            overwrite,
+        } => {
             let session_id = super::session_id(&id)?;
             let path = super::workspace_path(&path)?;
             let bytes = match (from, stdin.as_deref()) {
-                (Some(file), _) => std::fs::read(&file)
-                    .map_err(|source| CliError::Io { context: format!("reading {}", file.display()), source })?,
+                (Some(file), _) => std::fs::read(&file).map_err(|source| CliError::Io {
+                    context: format!("reading {}", file.display()),
+                    source,
+                })?,
                 (None, Some("-")) => {
                     let mut bytes = Vec::new();
                     std::io::stdin()
                         .read_to_end(&mut bytes)
-                        .map_err(|source| CliError::Io { context: "reading stdin".into(), source })?;
+                        .map_err(|source| CliError::Io {
+                            context: "reading stdin".into(),
+                            source,
+                        })?;
                     bytes
                 }
                 _ => {
-                    return Err(CliError::Usage { kind: "usage", message: "give the contents with --from FILE or `-` (stdin)".into() });
+                    return Err(CliError::Usage {
+                        kind: "usage",
+                        message: "give the contents with --from FILE or `-` (stdin)".into(),
+                    });
                 }
             };
             let file = engine.write_file(session_id, &path, &bytes, overwrite)?;
             if output.json {
-                output.json(&json!({"path": file.path, "size": file.size, "blake3": file.blake3}))?;
+                output
+                    .json(&json!({"path": file.path, "size": file.size, "blake3": file.blake3}))?;
             } else {
-                output.line(&format!("wrote {} ({}, blake3 {})", file.path, format_size(file.size), file.blake3))?;
+                output.line(&format!(
+                    "wrote {} ({}, blake3 {})",
+                    file.path,
+                    format_size(file.size),
+                    file.blake3
+                ))?;
             }
         }
-        FilesCommand::Rm { id, path, recursive } => {
-            let deleted = engine.delete_file(super::session_id(&id)?, &super::workspace_path(&path)?, recursive)?;
+        FilesCommand::Rm {
+            id,
+            path,
+            recursive,
+        } => {
+            let deleted = engine.delete_file(
+                super::session_id(&id)?,
+                &super::workspace_path(&path)?,
+                recursive,
+            )?;
             if output.json {
                 output.json(&json!({"deleted": deleted}))?;
             } else {

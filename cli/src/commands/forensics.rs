@@ -4,8 +4,8 @@ use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
 use sandlog_runtime::eventstore::{Digest, LogFilter};
-use sandlog_runtime::projections::replay::{self, Cut};
 use sandlog_runtime::projections::SessionSummary;
+use sandlog_runtime::projections::replay::{self, Cut};
 use serde_json::json;
 
 use crate::args::{LogArgs, ReplayArgs, VerifyArgs};
@@ -18,7 +18,12 @@ fn timestamp(text: Option<&str>) -> Result<Option<Timestamp>, CliError> {
 }
 
 pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliError> {
-    let stream = args.session.as_deref().map(super::session_id).transpose()?.map(StreamId::Session);
+    let stream = args
+        .session
+        .as_deref()
+        .map(super::session_id)
+        .transpose()?
+        .map(StreamId::Session);
     let filter = LogFilter {
         stream,
         kinds: args.kinds,
@@ -28,7 +33,12 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         to: None,
         limit: args.limit,
     };
-    let mut table = (!output.json).then(|| render::table(output, &["pos", "recorded", "stream", "kind", "what", "hash"]));
+    let mut table = (!output.json).then(|| {
+        render::table(
+            output,
+            &["pos", "recorded", "stream", "kind", "what", "hash"],
+        )
+    });
     for envelope in engine.store().query(filter) {
         let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
         match &mut table {
@@ -61,18 +71,23 @@ fn parse_cut(text: &str) -> Result<Cut, CliError> {
     if let Ok(position) = text.parse::<u64>() {
         return Ok(Cut::Position(Position(position)));
     }
-    Timestamp::parse(text).map(Cut::Time).map_err(|_| CliError::Usage {
-        kind: "invalid_cut",
-        message: format!("--at {text:?}: expected a position (integer) or an RFC 3339 time"),
-    })
+    Timestamp::parse(text)
+        .map(Cut::Time)
+        .map_err(|_| CliError::Usage {
+            kind: "invalid_cut",
+            message: format!("--at {text:?}: expected a position (integer) or an RFC 3339 time"),
+        })
 }
 
 pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, CliError> {
     let cut = parse_cut(&args.at)?;
-    let position = cut.position(engine.store()).map_err(sandlog_runtime::RuntimeError::from)?;
+    let position = cut
+        .position(engine.store())
+        .map_err(sandlog_runtime::RuntimeError::from)?;
     if let Some(id) = args.session {
         let session_id = super::session_id(&id)?;
-        let session = replay::session_at(engine.store(), session_id, cut).map_err(sandlog_runtime::RuntimeError::from)?;
+        let session = replay::session_at(engine.store(), session_id, cut)
+            .map_err(sandlog_runtime::RuntimeError::from)?;
         let Some(session) = session else {
             return Err(sandlog_runtime::RuntimeError::UnknownSession(session_id).into());
         };
@@ -106,14 +121,23 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
         return Ok(0);
     }
     let bar = output.progress_bar("replaying");
-    let state = replay::state_at(engine.store(), cut).map_err(sandlog_runtime::RuntimeError::from)?;
+    let state =
+        replay::state_at(engine.store(), cut).map_err(sandlog_runtime::RuntimeError::from)?;
     bar.finish_and_clear();
     let sessions: Vec<SessionSummary> = state.sessions.values().map(SessionSummary::from).collect();
     if output.json {
-        let documents: Vec<_> = sessions.iter().map(super::session::session_document).collect();
-        output.json(&json!({"as_of_position": position, "sessions": documents, "cleanup": state.stats}))?;
+        let documents: Vec<_> = sessions
+            .iter()
+            .map(super::session::session_document)
+            .collect();
+        output.json(
+            &json!({"as_of_position": position, "sessions": documents, "cleanup": state.stats}),
+        )?;
     } else {
-        output.line(&format!("as of position {position}: {} sessions", sessions.len()))?;
+        output.line(&format!(
+            "as of position {position}: {} sessions",
+            sessions.len()
+        ))?;
         output.line(&render::sessions_table(output, &sessions).to_string())?;
     }
     Ok(0)
@@ -134,9 +158,12 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
         Err(error) if error.is_integrity() => {
             if output.json {
                 let (position, problem) = match &error {
-                    sandlog_runtime::RuntimeError::Store(sandlog_runtime::eventstore::EventStoreError::ChainBroken { position, problem }) => {
-                        (Some(position.0), problem.to_string())
-                    }
+                    sandlog_runtime::RuntimeError::Store(
+                        sandlog_runtime::eventstore::EventStoreError::ChainBroken {
+                            position,
+                            problem,
+                        },
+                    ) => (Some(position.0), problem.to_string()),
                     other => (None, other.to_string()),
                 };
                 output.json(&json!({"ok": false, "first_bad_position": position, "problem": problem, "message": error.to_string()}))?;
@@ -160,7 +187,11 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
             "{}: {} events, chain intact{}, read models match the log; head {}:{}",
             output.good("ok"),
             outcome.events,
-            if outcome.digest_checked { ", extends the digest" } else { "" },
+            if outcome.digest_checked {
+                ", extends the digest"
+            } else {
+                ""
+            },
             outcome.position,
             outcome.head
         ))?;
@@ -179,7 +210,10 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
 }
 
 pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {
-    let digest = engine.store().digest().map_err(sandlog_runtime::RuntimeError::from)?;
+    let digest = engine
+        .store()
+        .digest()
+        .map_err(sandlog_runtime::RuntimeError::from)?;
     if output.json {
         output.json(&json!({"position": digest.position, "hash": digest.hash}))?;
     } else {
@@ -187,4 +221,3 @@ pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     }
     Ok(0)
 }
-

@@ -43,7 +43,11 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Digest => forensics::digest(&engine, output),
                 Command::ExportMetadata(args) => misc::export_metadata(&engine, &args.dir, output),
                 Command::Stats => misc::stats(&engine, output),
-                Command::Init | Command::Completions(_) | Command::Man | Command::Adopt(_) | Command::Demo => Ok(0),
+                Command::Init
+                | Command::Completions(_)
+                | Command::Man
+                | Command::Adopt(_)
+                | Command::Demo => Ok(0),
             }
         }
     }
@@ -51,13 +55,21 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
 
 /// The actor recorded for CLI commands: `cli:<user>`.
 pub fn actor() -> String {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned());
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
     format!("cli:{user}")
 }
 
 /// Opens the engine on an existing root.
 pub fn open(root: &Path) -> Result<Engine, CliError> {
-    Ok(Engine::open(root, EngineOptions { actor: actor(), ..EngineOptions::default() })?)
+    Ok(Engine::open(
+        root,
+        EngineOptions {
+            actor: actor(),
+            ..EngineOptions::default()
+        },
+    )?)
 }
 
 /// Parses a session id (malformed: usage error, exit 2).

@@ -15,7 +15,12 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
         older_than: parse_duration(&args.older_than).map_err(usage)?,
         max_deletions: args.max_deletions,
         max_sessions: args.max_sessions,
-        max_total_bytes: args.max_bytes.as_deref().map(parse_size).transpose().map_err(usage)?,
+        max_total_bytes: args
+            .max_bytes
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(usage)?,
     };
     let bar = output.progress_bar("pruning");
     let progress = |done: u64, total: u64| {
@@ -39,7 +44,17 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
         }))?;
     } else {
         if !report.candidates.is_empty() {
-            let mut table = render::table(output, &["session", "idle", "updated", "size", "selected by", "result"]);
+            let mut table = render::table(
+                output,
+                &[
+                    "session",
+                    "idle",
+                    "updated",
+                    "size",
+                    "selected by",
+                    "result",
+                ],
+            );
             for candidate in &report.candidates {
                 let result = if let Some(error) = report.errors.get(&candidate.session_id) {
                     output.bad(&format!("failed: {error}"))
@@ -62,13 +77,21 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             output.line(&table.to_string())?;
         }
         for (session_id, reason) in &report.skipped_reasons {
-            if !report.candidates.iter().any(|candidate| candidate.session_id == *session_id) {
+            if !report
+                .candidates
+                .iter()
+                .any(|candidate| candidate.session_id == *session_id)
+            {
                 output.line(&format!("skipped {session_id}: {reason}"))?;
             }
         }
         output.line(&report.summary())?;
     }
-    Ok(if report.errors.is_empty() { 0 } else { crate::exit::EXIT_FAILURE })
+    Ok(if report.errors.is_empty() {
+        0
+    } else {
+        crate::exit::EXIT_FAILURE
+    })
 }
 
 pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Result<u8, CliError> {
@@ -105,11 +128,19 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
             report.actions.len(),
             report.intents_finished,
             report.orphans.len(),
-            if options.purge_orphans { "purged" } else { "quarantined" },
+            if options.purge_orphans {
+                "purged"
+            } else {
+                "quarantined"
+            },
             report.drift.len(),
             report.errors.len(),
             if report.dry_run { " (dry run)" } else { "" }
         ))?;
     }
-    Ok(if report.errors.is_empty() { 0 } else { crate::exit::EXIT_FAILURE })
+    Ok(if report.errors.is_empty() {
+        0
+    } else {
+        crate::exit::EXIT_FAILURE
+    })
 }

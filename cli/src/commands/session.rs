@@ -22,7 +22,9 @@ fn status(arg: StatusArg) -> SessionStatus {
 
 /// The `session show --json` document: the seed metadata shape plus the
 /// projection's fields.
-pub fn session_document(session: &sandlog_runtime::projections::SessionSummary) -> serde_json::Value {
+pub fn session_document(
+    session: &sandlog_runtime::projections::SessionSummary,
+) -> serde_json::Value {
     json!({
         "session_id": session.session_id,
         "created_at": session.created_at,
@@ -64,16 +66,41 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             } else {
                 let mut table = render::table(output, &["", ""]);
                 table.add_row(vec!["session".to_owned(), session.session_id.to_string()]);
-                table.add_row(vec!["status".to_owned(), session.status.as_str().to_owned()]);
-                table.add_row(vec!["created_at".to_owned(), render::time(session.created_at)]);
-                table.add_row(vec!["updated_at".to_owned(), render::time(session.updated_at)]);
-                table.add_row(vec!["executions".to_owned(), session.exec_count.to_string()]);
+                table.add_row(vec![
+                    "status".to_owned(),
+                    session.status.as_str().to_owned(),
+                ]);
+                table.add_row(vec![
+                    "created_at".to_owned(),
+                    render::time(session.created_at),
+                ]);
+                table.add_row(vec![
+                    "updated_at".to_owned(),
+                    render::time(session.updated_at),
+                ]);
+                table.add_row(vec![
+                    "executions".to_owned(),
+                    session.exec_count.to_string(),
+                ]);
                 table.add_row(vec![
                     "last outcome".to_owned(),
-                    session.last_outcome.map_or("—".to_owned(), |o| o.as_str().to_owned()),
+                    session
+                        .last_outcome
+                        .map_or("—".to_owned(), |o| o.as_str().to_owned()),
                 ]);
-                table.add_row(vec!["files".to_owned(), format!("{} ({})", session.file_count, format_size(session.bytes))]);
-                table.add_row(vec!["legacy".to_owned(), if session.legacy { "yes (never pruned)" } else { "no" }.to_owned()]);
+                table.add_row(vec![
+                    "files".to_owned(),
+                    format!("{} ({})", session.file_count, format_size(session.bytes)),
+                ]);
+                table.add_row(vec![
+                    "legacy".to_owned(),
+                    if session.legacy {
+                        "yes (never pruned)"
+                    } else {
+                        "no"
+                    }
+                    .to_owned(),
+                ]);
                 for (key, value) in &session.labels {
                     table.add_row(vec![format!("label {key}"), value.clone()]);
                 }
@@ -117,7 +144,11 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             if output.json {
                 output.json(&json!({"session_id": report.session_id, "reclaimed_bytes": report.reclaimed_bytes}))?;
             } else {
-                output.line(&format!("deleted {}, {} reclaimed", report.session_id, format_size(report.reclaimed_bytes)))?;
+                output.line(&format!(
+                    "deleted {}, {} reclaimed",
+                    report.session_id,
+                    format_size(report.reclaimed_bytes)
+                ))?;
             }
         }
     }

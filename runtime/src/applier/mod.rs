@@ -12,7 +12,10 @@ pub mod plan;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use sandlog_core::event::{Event, ReconcileRunCompleted, WorkspaceDriftDetected, WorkspaceOrphanPurged, WorkspaceOrphanQuarantined};
+use sandlog_core::event::{
+    Event, ReconcileRunCompleted, WorkspaceDriftDetected, WorkspaceOrphanPurged,
+    WorkspaceOrphanQuarantined,
+};
 use sandlog_core::{SessionId, StreamId};
 use sandlog_eventstore::{ExpectedVersion, LogFilter};
 use sandlog_projections::query;
@@ -46,7 +49,12 @@ pub struct ReconcileOptions {
 
 impl Default for ReconcileOptions {
     fn default() -> Self {
-        ReconcileOptions { dry_run: false, purge_orphans: false, deep: false, orphan_grace: ORPHAN_GRACE_DEFAULT }
+        ReconcileOptions {
+            dry_run: false,
+            purge_orphans: false,
+            deep: false,
+            orphan_grace: ORPHAN_GRACE_DEFAULT,
+        }
     }
 }
 
@@ -73,13 +81,21 @@ pub struct ReconcileReport {
 
 impl Engine {
     /// Observes the disk.
-    fn observe(&self, projected: &BTreeMap<SessionId, ProjectedSession>, options: &ReconcileOptions) -> Result<Observed> {
+    fn observe(
+        &self,
+        projected: &BTreeMap<SessionId, ProjectedSession>,
+        options: &ReconcileOptions,
+    ) -> Result<Observed> {
         let mut observed = Observed::default();
-        let entries = std::fs::read_dir(&self.layout.workspaces)
-            .map_err(RuntimeError::io(format!("reading {}", self.layout.workspaces.display())))?;
+        let entries = std::fs::read_dir(&self.layout.workspaces).map_err(RuntimeError::io(
+            format!("reading {}", self.layout.workspaces.display()),
+        ))?;
         let now = SystemTime::now();
         for entry in entries {
-            let entry = entry.map_err(RuntimeError::io(format!("reading {}", self.layout.workspaces.display())))?;
+            let entry = entry.map_err(RuntimeError::io(format!(
+                "reading {}",
+                self.layout.workspaces.display()
+            )))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
             let session_id = match SessionId::parse(&name) {
@@ -89,12 +105,16 @@ impl Engine {
                     continue;
                 }
             };
-            let known = projected.get(&session_id).is_some_and(|session| session.status.has_workspace());
+            let known = projected
+                .get(&session_id)
+                .is_some_and(|session| session.status.has_workspace());
             let young = !known
                 && entry
                     .metadata()
                     .and_then(|metadata| metadata.modified())
-                    .is_ok_and(|modified| now.duration_since(modified).unwrap_or_default() < options.orphan_grace);
+                    .is_ok_and(|modified| {
+                        now.duration_since(modified).unwrap_or_default() < options.orphan_grace
+                    });
             if young {
                 observed.young_dirs.insert(session_id);
             } else {
@@ -126,7 +146,14 @@ impl Engine {
             } else {
                 None
             };
-            projected.insert(session.session_id, ProjectedSession { status: session.status, files, last_drift: Vec::new() });
+            projected.insert(
+                session.session_id,
+                ProjectedSession {
+                    status: session.status,
+                    files,
+                    last_drift: Vec::new(),
+                },
+            );
         }
         Ok(projected)
     }
@@ -155,7 +182,10 @@ impl Engine {
         // Drift is compared with the last recorded drift only where drift
         // was found (reading a stream per session would cost the common
         // nothing-to-do run its speed).
-        if actions.iter().any(|action| matches!(action, Action::RecordDrift { .. })) {
+        if actions
+            .iter()
+            .any(|action| matches!(action, Action::RecordDrift { .. }))
+        {
             for action in &actions {
                 if let Action::RecordDrift { session_id, .. } = action
                     && let Some(session) = projected.get_mut(session_id)
@@ -169,7 +199,11 @@ impl Engine {
     }
 
     /// Reconciles the disk to the log (C1).
-    pub fn reconcile(&self, options: &ReconcileOptions, progress: Progress<'_>) -> Result<ReconcileReport> {
+    pub fn reconcile(
+        &self,
+        options: &ReconcileOptions,
+        progress: Progress<'_>,
+    ) -> Result<ReconcileReport> {
         let started = Instant::now();
         let (actions, observed) = self.reconcile_plan(options)?;
         let mut report = ReconcileReport {
@@ -199,7 +233,8 @@ impl Engine {
             progress(index as u64, total);
             if let Err(error) = self.execute_action(action, options, run_id, &mut report) {
                 let key = match action {
-                    Action::FinishIntent { session_id, .. } | Action::RecordDrift { session_id, .. } => session_id.to_string(),
+                    Action::FinishIntent { session_id, .. }
+                    | Action::RecordDrift { session_id, .. } => session_id.to_string(),
                     Action::Orphan { dir_name, .. } => dir_name.to_string(),
                 };
                 tracing::error!(target: "sandlog::applier", %key, %error, "reconcile action failed");
@@ -218,11 +253,18 @@ impl Engine {
         });
         let mut event = self.event(&completed).correlated(Some(run_id));
         event.actor = "applier".to_owned();
-        self.store.append(StreamId::System, ExpectedVersion::Any, &[event])?;
+        self.store
+            .append(StreamId::System, ExpectedVersion::Any, &[event])?;
         Ok(report)
     }
 
-    fn execute_action(&self, action: &Action, options: &ReconcileOptions, run_id: Uuid, report: &mut ReconcileReport) -> Result<()> {
+    fn execute_action(
+        &self,
+        action: &Action,
+        options: &ReconcileOptions,
+        run_id: Uuid,
+        report: &mut ReconcileReport,
+    ) -> Result<()> {
         let applier_event = |event: &Event| {
             let mut new = self.event(event).correlated(Some(run_id));
             new.actor = "applier".to_owned();
@@ -235,39 +277,62 @@ impl Engine {
                     Intent::Prune => sandlog_projections::SessionStatus::Pruning,
                     Intent::Delete => sandlog_projections::SessionStatus::Deleting,
                 };
-                if session.status == status && self.finish_intent(*session_id, status, session.version)? {
+                if session.status == status
+                    && self.finish_intent(*session_id, status, session.version)?
+                {
                     report.intents_finished += 1;
                 }
             }
             Action::Orphan { dir_name, .. } => {
                 let name = dir_name.to_string();
                 let source = self.layout.workspaces.join(&name);
-                let bytes = dir_size(&source).map_err(RuntimeError::io(format!("measuring {}", source.display())))?;
+                let bytes = dir_size(&source)
+                    .map_err(RuntimeError::io(format!("measuring {}", source.display())))?;
                 let event = if options.purge_orphans {
-                    std::fs::remove_dir_all(&source).map_err(RuntimeError::io(format!("purging {}", source.display())))?;
-                    Event::WorkspaceOrphanPurged(WorkspaceOrphanPurged { dir_name: name.clone(), bytes })
+                    std::fs::remove_dir_all(&source)
+                        .map_err(RuntimeError::io(format!("purging {}", source.display())))?;
+                    Event::WorkspaceOrphanPurged(WorkspaceOrphanPurged {
+                        dir_name: name.clone(),
+                        bytes,
+                    })
                 } else {
-                    std::fs::create_dir_all(&self.layout.quarantine)
-                        .map_err(RuntimeError::io(format!("creating {}", self.layout.quarantine.display())))?;
+                    std::fs::create_dir_all(&self.layout.quarantine).map_err(RuntimeError::io(
+                        format!("creating {}", self.layout.quarantine.display()),
+                    ))?;
                     let stamp = self.options.clock.now().unix_micros();
                     let target_name = format!("{name}.{stamp}");
                     let target = self.layout.quarantine.join(&target_name);
-                    std::fs::rename(&source, &target)
-                        .map_err(RuntimeError::io(format!("moving {} to {}", source.display(), target.display())))?;
-                    fsync_dir(&self.layout.quarantine).map_err(RuntimeError::io("syncing quarantine"))?;
+                    std::fs::rename(&source, &target).map_err(RuntimeError::io(format!(
+                        "moving {} to {}",
+                        source.display(),
+                        target.display()
+                    )))?;
+                    fsync_dir(&self.layout.quarantine)
+                        .map_err(RuntimeError::io("syncing quarantine"))?;
                     Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
                         dir_name: name.clone(),
                         bytes,
                         moved_to: format!("{}/{target_name}", crate::engine::QUARANTINE_DIR),
                     })
                 };
-                fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
-                self.store.append(StreamId::System, ExpectedVersion::Any, &[applier_event(&event)])?;
+                fsync_dir(&self.layout.workspaces)
+                    .map_err(RuntimeError::io("syncing workspaces"))?;
+                self.store.append(
+                    StreamId::System,
+                    ExpectedVersion::Any,
+                    &[applier_event(&event)],
+                )?;
                 tracing::info!(target: "sandlog::applier", dir = %name, bytes, purged = options.purge_orphans, "orphan handled");
             }
             Action::RecordDrift { session_id, drift } => {
-                let event = Event::WorkspaceDriftDetected(WorkspaceDriftDetected { drift: drift.clone() });
-                self.store.append(session_id.stream(), ExpectedVersion::Any, &[applier_event(&event)])?;
+                let event = Event::WorkspaceDriftDetected(WorkspaceDriftDetected {
+                    drift: drift.clone(),
+                });
+                self.store.append(
+                    session_id.stream(),
+                    ExpectedVersion::Any,
+                    &[applier_event(&event)],
+                )?;
                 tracing::warn!(target: "sandlog::applier", %session_id, items = drift.len(), "drift recorded");
             }
         }

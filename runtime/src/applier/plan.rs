@@ -82,14 +82,17 @@ pub enum Action {
 pub fn plan(projected: &BTreeMap<SessionId, ProjectedSession>, observed: &Observed) -> Vec<Action> {
     let mut actions = Vec::new();
     for (session_id, session) in projected {
-        let on_disk = observed.session_dirs.contains(session_id) || observed.young_dirs.contains(session_id);
+        let on_disk =
+            observed.session_dirs.contains(session_id) || observed.young_dirs.contains(session_id);
         match session.status {
-            SessionStatus::Pruning => {
-                actions.push(Action::FinishIntent { session_id: *session_id, intent: Intent::Prune })
-            }
-            SessionStatus::Deleting => {
-                actions.push(Action::FinishIntent { session_id: *session_id, intent: Intent::Delete })
-            }
+            SessionStatus::Pruning => actions.push(Action::FinishIntent {
+                session_id: *session_id,
+                intent: Intent::Prune,
+            }),
+            SessionStatus::Deleting => actions.push(Action::FinishIntent {
+                session_id: *session_id,
+                intent: Intent::Delete,
+            }),
             SessionStatus::Active => {
                 let drift = if on_disk {
                     match (&session.files, observed.files.get(session_id)) {
@@ -100,7 +103,10 @@ pub fn plan(projected: &BTreeMap<SessionId, ProjectedSession>, observed: &Observ
                     vec![Drift::MissingDirectory]
                 };
                 if !drift.is_empty() && drift != session.last_drift {
-                    actions.push(Action::RecordDrift { session_id: *session_id, drift });
+                    actions.push(Action::RecordDrift {
+                        session_id: *session_id,
+                        drift,
+                    });
                 }
             }
             SessionStatus::Pruned | SessionStatus::Deleted => {}
@@ -109,17 +115,26 @@ pub fn plan(projected: &BTreeMap<SessionId, ProjectedSession>, observed: &Observ
     for dir_name in &observed.session_dirs {
         let known = projected.get(dir_name);
         if known.is_none_or(|session| !session.status.has_workspace()) {
-            actions.push(Action::Orphan { dir_name: *dir_name, known: known.is_some() });
+            actions.push(Action::Orphan {
+                dir_name: *dir_name,
+                known: known.is_some(),
+            });
         }
     }
     actions
 }
 
-fn file_drift(expected: &BTreeMap<WorkspacePath, Hash>, actual: &BTreeMap<WorkspacePath, Hash>) -> Vec<Drift> {
+fn file_drift(
+    expected: &BTreeMap<WorkspacePath, Hash>,
+    actual: &BTreeMap<WorkspacePath, Hash>,
+) -> Vec<Drift> {
     let mut drift = Vec::new();
     for (path, expected_hash) in expected {
         match actual.get(path) {
-            None => drift.push(Drift::FileMissing { path: path.clone(), expected: *expected_hash }),
+            None => drift.push(Drift::FileMissing {
+                path: path.clone(),
+                expected: *expected_hash,
+            }),
             Some(actual_hash) if actual_hash != expected_hash => drift.push(Drift::FileChanged {
                 path: path.clone(),
                 expected: *expected_hash,
@@ -130,7 +145,10 @@ fn file_drift(expected: &BTreeMap<WorkspacePath, Hash>, actual: &BTreeMap<Worksp
     }
     for (path, actual_hash) in actual {
         if !expected.contains_key(path) {
-            drift.push(Drift::FileUnexpected { path: path.clone(), actual: *actual_hash });
+            drift.push(Drift::FileUnexpected {
+                path: path.clone(),
+                actual: *actual_hash,
+            });
         }
     }
     drift
@@ -186,7 +204,8 @@ mod tests {
 
     fn files() -> impl Strategy<Value = BTreeMap<WorkspacePath, Hash>> {
         proptest::collection::btree_map(
-            prop_oneof![Just("a"), Just("b/c"), Just("d.txt")].prop_map(|p| WorkspacePath::parse(p).unwrap()),
+            prop_oneof![Just("a"), Just("b/c"), Just("d.txt")]
+                .prop_map(|p| WorkspacePath::parse(p).unwrap()),
             prop_oneof![Just(Hash::of(b"1")), Just(Hash::of(b"2"))],
             0..3,
         )
@@ -205,7 +224,14 @@ mod tests {
                 let mut projected = BTreeMap::new();
                 for (id, (status, files, known)) in ids_for_projection.iter().zip(sessions) {
                     if known {
-                        projected.insert(*id, ProjectedSession { status, files, last_drift: Vec::new() });
+                        projected.insert(
+                            *id,
+                            ProjectedSession {
+                                status,
+                                files,
+                                last_drift: Vec::new(),
+                            },
+                        );
                     }
                 }
                 let mut observed = Observed::default();
