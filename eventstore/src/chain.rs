@@ -131,9 +131,15 @@ impl EventStore {
         digest: Option<Digest>,
         mut progress: impl FnMut(u64),
     ) -> Result<VerifyReport> {
-        let connection = self.lock_reader();
-        // One read transaction: a concurrent append cannot make the walk see
-        // half a batch.
+        // Its own read-only connection: a walk of millions of rows must not
+        // hold the shared reader (every query and pre-append version read
+        // would wait behind it). One read transaction: a concurrent append
+        // cannot make the walk see half a batch.
+        let connection = rusqlite::Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        connection.busy_timeout(crate::sqlite::BUSY_TIMEOUT_DEFAULT)?;
         let transaction = connection.unchecked_transaction()?;
         let mut statement = transaction.prepare(
             "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
