@@ -16,10 +16,12 @@
 //! alone can be profiled with `SANDLOG_BENCH_REBUILD_CHILD=<dir>/log.db
 //! perf record <bench binary>`.
 //!
-//! Rates and latencies are wall-clock, as the issue asks; each also shows
-//! the time on a CPU (`/proc/thread-self/schedstat`), which stays
-//! meaningful on a shared machine where the wall clock includes waiting
-//! for other processes.
+//! Rates and latencies are wall-clock, as the issue asks. On a shared
+//! machine the wall clock includes waiting for other processes, so the
+//! rebuild also shows its time on a CPU and waiting for one
+//! (`/proc/thread-self/schedstat`, tick-grained, fine over seconds), the
+//! lookups their mean CPU time over all lookups, and the prune queries
+//! their fastest run.
 //!
 //! The log is generated without the read-model hook (the fold is what is
 //! timed, as a rebuild), with `Durability::Normal`: waves of
@@ -304,8 +306,10 @@ fn median(mut samples: Vec<Duration>) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// Median wall time and median on-CPU time of `runs` prune-candidate
-/// queries, and the candidate count.
+/// Median and fastest wall time of `runs` prune-candidate queries, and the
+/// candidate count. (The fastest run shows the query without other
+/// processes' load; per-query CPU time is not shown because
+/// `/proc/thread-self/schedstat` only moves at scheduler ticks.)
 fn time_prune(
     store: &EventStore,
     policy: &PrunePolicy,
@@ -313,18 +317,15 @@ fn time_prune(
     runs: usize,
 ) -> TestResult<(Duration, Duration, usize)> {
     let mut wall = Vec::with_capacity(runs);
-    let mut cpu = Vec::with_capacity(runs);
     let mut candidates = 0;
     for _ in 0..runs.max(1) {
-        let (cpu_before, _) = schedstat_ns()?;
         let started = Instant::now();
         let plan = query::prune_candidates(store, policy, now)?;
         wall.push(started.elapsed());
-        let (cpu_after, _) = schedstat_ns()?;
-        cpu.push(Duration::from_nanos(cpu_after.saturating_sub(cpu_before)));
         candidates = plan.candidates.len();
     }
-    Ok((median(wall), median(cpu), candidates))
+    let fastest = wall.iter().min().copied().unwrap_or(Duration::ZERO);
+    Ok((median(wall), fastest, candidates))
 }
 
 struct Row {
@@ -522,14 +523,14 @@ fn main() -> TestResult {
         ),
     ];
     for (name, policy) in &policies {
-        let (latency, cpu, candidates) = time_prune(&store, policy, now, runs)?;
+        let (latency, fastest, candidates) = time_prune(&store, policy, now, runs)?;
         let ms = latency.as_secs_f64() * 1e3;
         rows.push(Row {
             measure: format!("prune candidates, {name}"),
             size: format!("{n_sessions} sessions, {candidates} candidates"),
             value: format!(
-                "{ms:.2} ms (median of {runs}; on CPU {:.2} ms)",
-                cpu.as_secs_f64() * 1e3
+                "{ms:.2} ms (median of {runs}; fastest {:.2} ms)",
+                fastest.as_secs_f64() * 1e3
             ),
             target: format!("<= {PRUNE_QUERY_MS_MAX} ms"),
             verdict: verdict(ms <= PRUNE_QUERY_MS_MAX),

@@ -8,4 +8,6 @@ mod engine;
 mod eventstore;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
+/// Projections: fold, inline read model and rebuild agree; metadata and
+/// prune rules; queries; catch-up; as-of replay.
 mod projections;
