@@ -499,7 +499,7 @@ impl Engine {
             }
         }
 
-        let outcome = map_outcome(report.outcome);
+        let outcome = report.outcome;
         let executed = SessionExecuted {
             runtime: request.runtime.name(),
             runtime_blake3: Hash(*module.blake3().as_bytes()),
@@ -805,18 +805,5 @@ impl Engine {
     pub fn session_events(&self, session_id: SessionId) -> Result<Vec<sandlog_core::Envelope>> {
         self.session(session_id)?;
         Ok(self.store.read_stream(StreamId::Session(session_id))?)
-    }
-}
-
-/// The sandbox's outcome as the log records it.
-pub fn map_outcome(outcome: sandbox::Outcome) -> Outcome {
-    match outcome {
-        sandbox::Outcome::Ok => Outcome::Ok,
-        sandbox::Outcome::Error => Outcome::Error,
-        sandbox::Outcome::OutOfFuel => Outcome::OutOfFuel,
-        sandbox::Outcome::Timeout => Outcome::Timeout,
-        sandbox::Outcome::Memory => Outcome::Memory,
-        sandbox::Outcome::Quota => Outcome::Quota,
-        sandbox::Outcome::Trap => Outcome::Trap,
     }
 }

@@ -15,7 +15,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -73,50 +72,15 @@ impl<'a> RunRequest<'a> {
     }
 }
 
-/// How a run ended. Serialised in `snake_case` (`ok`, `out_of_fuel`, …), the
-/// names `session.executed` events carry.
+/// How a run ended: the log's own [`Outcome`](sandlog_core::Outcome), so
+/// the sandbox and the `session.executed` event cannot disagree.
 ///
 /// When several apply, the first in this order wins: `quota` (it outlasts
 /// the run: the workspace is over its quota now), `timeout`, `out_of_fuel`,
 /// `memory`, `trap`, `error`, `ok`. Output truncation is not an outcome but
 /// the report's `stdout_truncated` / `stderr_truncated` flags, so a
 /// successful run that printed too much is still `ok`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// `_start` returned, or the guest called `proc_exit(0)`.
-    Ok,
-    /// The guest exited with a non-zero code (see `exit_code`).
-    Error,
-    /// The fuel limit was exhausted.
-    OutOfFuel,
-    /// The wall-clock limit passed.
-    Timeout,
-    /// The memory limit refused a growth and the guest did not recover
-    /// (it exited non-zero or trapped), or the module's initial memory is
-    /// already over the limit.
-    Memory,
-    /// The workspace is over its byte or entry quota.
-    Quota,
-    /// The guest trapped (unreachable, out-of-bounds access, stack overflow,
-    /// …); `trap_message` says which.
-    Trap,
-}
-
-impl Outcome {
-    /// The `snake_case` name, as serialised.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Error => "error",
-            Outcome::OutOfFuel => "out_of_fuel",
-            Outcome::Timeout => "timeout",
-            Outcome::Memory => "memory",
-            Outcome::Quota => "quota",
-            Outcome::Trap => "trap",
-        }
-    }
-}
+pub use sandlog_core::Outcome;
 
 /// Everything known about a finished run.
 #[derive(Debug, Clone, PartialEq, Eq)]
