@@ -92,7 +92,7 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() -> TestResult {
         acknowledged.len()
     );
     assert!(
-        killed_with_work > kills / 4,
+        killed_with_work > kills / 8,
         "too few children got work done before the kill ({killed_with_work}/{kills})"
     );
     Ok(())
