@@ -110,6 +110,14 @@ impl Output {
     }
 }
 
+/// The engine's `(done, total)` progress callback, driving `bar`.
+pub fn advance(bar: &ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
+    move |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    }
+}
+
 /// Sets up `tracing` on stderr: warnings by default, `-v` info, `-vv`
 /// debug, `-vvv` trace, `-q` errors only; `RUST_LOG` overrides.
 pub fn init_tracing(cli: &Cli) {

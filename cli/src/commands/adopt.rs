@@ -14,10 +14,7 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
     }
     let engine = super::open(root)?;
     let bar = output.progress_bar("adopting");
-    let progress = |done: u64, total: u64| {
-        bar.set_length(total);
-        bar.set_position(done);
-    };
+    let progress = crate::output::advance(&bar);
     let report = engine.adopt(dir, &progress)?;
     bar.finish_and_clear();
     if output.json {

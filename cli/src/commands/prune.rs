@@ -23,10 +23,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             .map_err(usage)?,
     };
     let bar = output.progress_bar("pruning");
-    let progress = |done: u64, total: u64| {
-        bar.set_length(total);
-        bar.set_position(done);
-    };
+    let progress = crate::output::advance(&bar);
     let report = engine.prune(&policy, args.dry_run, &progress)?;
     bar.finish_and_clear();
     if output.json {
@@ -102,10 +99,7 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
         orphan_grace: parse_duration(&args.orphan_grace).map_err(usage)?,
     };
     let bar = output.progress_bar("reconciling");
-    let progress = |done: u64, total: u64| {
-        bar.set_length(total);
-        bar.set_position(done);
-    };
+    let progress = crate::output::advance(&bar);
     let report = engine.reconcile(&options, &progress)?;
     bar.finish_and_clear();
     if output.json {
