@@ -203,7 +203,7 @@ pub(crate) enum LoadFailure {
 
 /// Writes `bytes` to a unique temporary file beside `path`, fsyncs it, and
 /// renames it over `path`.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let file_name = path.file_name().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "cache path has no file name")
     })?;

@@ -44,10 +44,14 @@
 //!   request or the host is wrong, never that the guest misbehaved.
 //! * A precompiled artifact is deserialised only after its blake3 matched
 //!   the checksum we wrote beside it.
+//! * The hash recorded for a run names the code that ran: a module file's
+//!   hash is remembered (across processes) only under its full stat stamp,
+//!   and bytes compiled for a key must hash to that key.
 
 mod cache;
 mod error;
 pub mod limits;
+mod module_hashes;
 mod output;
 mod poll;
 mod quota;
@@ -78,6 +82,7 @@ pub use self::wasi::WORKSPACE_GUEST_PATH;
 use self::cache::{ArtifactDir, LoadFailure};
 use self::error::boxed;
 use self::limits::{CONCURRENT_RUNS_MAX, INSTANCES_PER_RUN, MEMORY_BYTES_MAX, TABLE_ELEMENTS_MAX};
+use self::module_hashes::{FileStamp, ModuleHashes};
 use self::poll::{INNER_MODULE, POLL_ONEOFF, WASI_MODULE};
 use self::run::Host;
 use self::ticker::EpochTicker;
@@ -110,36 +115,16 @@ pub(crate) struct SandboxInner {
     /// The sleep guard's trampoline (see `poll.rs`), compiled once.
     pub(crate) trampoline: Module,
     artifacts: ArtifactDir,
-    /// Which content a module file had when last seen, so a repeated `load`
-    /// of an unchanged file needs neither a read nor a hash.
-    hashes_by_file: Mutex<HashMap<PathBuf, (FileStamp, blake3::Hash)>>,
+    /// Which content a module file had when last seen (in this process or,
+    /// through the cache directory, an earlier one), so a `load` of an
+    /// unchanged file needs neither a read nor a hash.
+    module_hashes: ModuleHashes,
     /// Loaded modules by content. Each slot has its own lock so two threads
     /// loading the same module compile it once, while different modules
     /// load in parallel.
     modules: Mutex<HashMap<blake3::Hash, Arc<Mutex<Option<LoadedModule>>>>>,
     /// Advances the epoch; dropped (and joined) with the last clone.
     _ticker: EpochTicker,
-}
-
-/// Enough of a file's metadata to notice it changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    len: u64,
-    modified: Option<SystemTime>,
-    inode: u64,
-    device: u64,
-}
-
-impl FileStamp {
-    fn of(metadata: &fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        FileStamp {
-            len: metadata.len(),
-            modified: metadata.modified().ok(),
-            inode: metadata.ino(),
-            device: metadata.dev(),
-        }
-    }
 }
 
 /// A compiled, pre-linked module, ready to instantiate. Cheap to clone.
@@ -228,7 +213,7 @@ impl Sandbox {
                 linker,
                 trampoline,
                 artifacts,
-                hashes_by_file: Mutex::new(HashMap::new()),
+                module_hashes: ModuleHashes::new(cache_dir),
                 modules: Mutex::new(HashMap::new()),
                 _ticker: ticker,
             }),
@@ -251,16 +236,15 @@ impl Sandbox {
             source,
         };
         let stamp = FileStamp::of(&fs::metadata(wasm_path).map_err(read_error)?);
-        let known_hash = lock(&self.inner.hashes_by_file)
-            .get(wasm_path)
-            .filter(|(known_stamp, _)| *known_stamp == stamp)
-            .map(|(_, hash)| *hash);
-        let (module_hash, mut wasm_bytes) = match known_hash {
+        let (module_hash, mut wasm_bytes) = match self.inner.module_hashes.get(wasm_path, &stamp) {
             Some(hash) => (hash, None),
             None => {
+                let read_started = SystemTime::now();
                 let bytes = fs::read(wasm_path).map_err(read_error)?;
                 let hash = blake3::hash(&bytes);
-                lock(&self.inner.hashes_by_file).insert(wasm_path.to_path_buf(), (stamp, hash));
+                self.inner
+                    .module_hashes
+                    .remember(wasm_path, stamp, read_started, hash);
                 (hash, Some(bytes))
             }
         };
@@ -284,6 +268,7 @@ impl Sandbox {
                         if blake3::hash(&bytes) == module_hash {
                             Ok(bytes)
                         } else {
+                            self.inner.module_hashes.forget(wasm_path);
                             Err(LoadFailure::Read(io::Error::other(
                                 "the module file changed while it was being loaded; retry",
                             )))
@@ -399,7 +384,7 @@ fn check_command_shape(module: &Module, wasm_path: &Path) -> Result<(), SandboxE
 /// Locks a mutex, recovering from poisoning: every critical section here
 /// leaves the maps consistent (single inserts), so a panic elsewhere while
 /// holding the lock does not make the data wrong.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
