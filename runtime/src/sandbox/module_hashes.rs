@@ -240,7 +240,7 @@ mod tests {
 
         // An entry naming another path (a hash-prefix collision) is not used.
         let text = fs::read_to_string(&entry).unwrap();
-        let foreign = text.replace(&*wasm.to_string_lossy(), &*other.to_string_lossy());
+        let foreign = text.replace(&*wasm.to_string_lossy(), &other.to_string_lossy());
         fs::write(&entry, foreign).unwrap();
         assert_eq!(ModuleHashes::new(dir.path()).get(&wasm, &stamp), None);
 
