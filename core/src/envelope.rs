@@ -315,6 +315,16 @@ fn canonical_len(fields: &EnvelopeFields<'_>) -> usize {
         + fields.payload.len()
 }
 
+/// Appends `prev_hash ‖ canonical(fields)` to `out`: exactly the bytes
+/// [`chain_hash`] hashes, so `Hash::of(&out[start..])` equals
+/// `chain_hash(prev_hash, fields)`. For callers that hash on another
+/// thread than the one that owns the borrowed fields (a parallel `verify`).
+pub fn append_chain_input(out: &mut Vec<u8>, prev_hash: &Hash, fields: &EnvelopeFields<'_>) {
+    out.reserve(prev_hash.0.len() + canonical_len(fields));
+    out.put(&prev_hash.0);
+    write_canonical(out, fields);
+}
+
 /// `blake3(prev_hash ‖ canonical(fields))`, computed without allocating.
 pub fn chain_hash(prev_hash: &Hash, fields: &EnvelopeFields<'_>) -> Hash {
     if prev_hash.0.len() + canonical_len(fields) <= CONTIGUOUS_HASH_BYTES_MAX {
@@ -468,6 +478,14 @@ mod tests {
             assert_eq!(
                 chain_hash(&envelope.prev_hash, &fields),
                 Hash::of(&bytes),
+                "{payload_len}"
+            );
+            // Appended after unrelated bytes, the chain input is the same.
+            let mut appended = b"earlier rows".to_vec();
+            append_chain_input(&mut appended, &envelope.prev_hash, &fields);
+            assert_eq!(
+                &appended[b"earlier rows".len()..],
+                &bytes[..],
                 "{payload_len}"
             );
         }

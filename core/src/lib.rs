@@ -23,7 +23,7 @@ pub mod policy;
 pub mod time;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use envelope::{Envelope, Hash, NewEvent, canonical_bytes, chain_hash};
+pub use envelope::{Envelope, Hash, NewEvent, append_chain_input, canonical_bytes, chain_hash};
 pub use error::CoreError;
 pub use event::{Event, Outcome, WrittenBy};
 pub use ids::{EventId, Position, SessionId, StreamId, StreamVersion};

@@ -34,7 +34,8 @@
 //!   is warm: this measures the store, not the disk). Raw read-all selects
 //!   the same columns in position order and touches every value without
 //!   copying it; raw verify is that select plus the same blake3 chain hash
-//!   per row.
+//!   per row. Our verify reads on one thread and hashes on another, so its
+//!   rate is wall-clock time (raw's stays on-CPU time of its one thread).
 //!
 //! # Sizes (environment variables, defaults are the sizes)
 //!
@@ -335,6 +336,16 @@ impl Span {
     /// The figure throughput is judged on: on-CPU time if known.
     fn primary(&self) -> Duration {
         self.cpu.unwrap_or(self.wall)
+    }
+
+    /// This span judged on wall-clock time: for work spread over several
+    /// threads, where one thread's CPU time would flatter it.
+    fn wall_only(self) -> Span {
+        Span {
+            cpu: None,
+            waiting: None,
+            ..self
+        }
     }
 }
 
@@ -753,9 +764,13 @@ fn store_read_all(store: &EventStore) -> BenchResult<(usize, usize)> {
 }
 
 /// Times `ours` and `raw` alternately [`READ_ROUNDS`] times and keeps each
-/// side's fastest run; both must report `n` events.
+/// side's fastest run; both must report `n` events. `ours_threaded`: ours
+/// runs on more than the calling thread, so it is judged on wall-clock
+/// time (raw, single-threaded, keeps its on-CPU figure: the comparison can
+/// only get harder).
 fn best_of(
     n: usize,
+    ours_threaded: bool,
     mut ours: impl FnMut() -> BenchResult<usize>,
     mut raw: impl FnMut() -> BenchResult<usize>,
 ) -> BenchResult<(Span, Span)> {
@@ -768,7 +783,15 @@ fn best_of(
     for _ in 0..READ_ROUNDS {
         let stopwatch = Stopwatch::start();
         let ours_count = ours()?;
-        ours_best = faster(ours_best, stopwatch.stop());
+        let span = stopwatch.stop();
+        ours_best = faster(
+            ours_best,
+            if ours_threaded {
+                span.wall_only()
+            } else {
+                span
+            },
+        );
         let stopwatch = Stopwatch::start();
         let raw_count = raw()?;
         raw_best = faster(raw_best, stopwatch.stop());
@@ -791,11 +814,14 @@ fn bench_read_and_verify(
     raw_read_all(raw_path)?;
     let (ours_read, raw_read) = best_of(
         n,
+        false,
         || Ok(store_read_all(&store)?.0),
         || Ok(raw_read_all(raw_path)?.0),
     )?;
+    // verify reads on one thread and hashes on another.
     let (ours_verify, raw_verify_elapsed) = best_of(
         n,
+        true,
         || Ok(usize::try_from(store.verify()?.events)?),
         || raw_verify(raw_path),
     )?;
@@ -813,7 +839,7 @@ fn bench_read_and_verify(
         },
         Line {
             name: format!(
-                "verify of {} events (vs raw select + blake3), best of {READ_ROUNDS}",
+                "verify of {} events (vs raw select + blake3), best of {READ_ROUNDS}; ours: 2 threads, wall-clock",
                 group(n as f64)
             ),
             unit: "events/s",

@@ -32,8 +32,8 @@ use sandlog_eventstore::{
     ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION,
 };
 use sandlog_tests::{
-    StreamPool, TEST_EPOCH, check_log_shape, envelopes, new_event, new_event_bytes, open_options,
-    strategies, temp_store, temp_store_with,
+    StreamPool, TEST_EPOCH, TempStore, check_log_shape, envelopes, new_event, new_event_bytes,
+    open_options, strategies, temp_store, temp_store_with,
 };
 use serde_json::json;
 
@@ -904,6 +904,102 @@ fn each_mutation_kind_is_found_at_the_first_middle_and_last_rows() -> TestResult
         assert!(
             matches!(&result, Err(error) if expected.matches(error)),
             "after {mutation:?} expected {expected:?}, verify said {result:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Goal: `verify` hands rows from a reading thread to a hashing thread in
+/// batches of about a thousand; the first bad row must still be the one
+/// reported when damage sits on a batch boundary, in a later batch, or
+/// when a row the reader refuses (a gap) lies after a row the hasher
+/// refuses, and the other way round. Method: 5,000 events, two mutations
+/// per case, `verify` must name the earlier one; an untouched copy
+/// verifies with progress reaching every event.
+#[test]
+fn damage_across_verify_batches_is_found_at_the_first_bad_row() -> TestResult {
+    const N: usize = 5_000;
+    let flip = |row: usize| Mutation::FlipPayloadByte {
+        row: Pick(row),
+        byte: Pick(1),
+        mask: 4,
+    };
+    let position = |row: usize| Position(row as u64 + 1);
+    let cases = [
+        (
+            flip(1023),
+            flip(1024),
+            Expected::HashMismatch(position(1023)),
+        ),
+        (
+            flip(1024),
+            flip(1023),
+            Expected::HashMismatch(position(1023)),
+        ),
+        (
+            flip(4500),
+            flip(3000),
+            Expected::HashMismatch(position(3000)),
+        ),
+        (
+            flip(1100),
+            Mutation::DeleteRow { row: Pick(2100) },
+            Expected::HashMismatch(position(1100)),
+        ),
+        // Both in one batch: the rows before the gap are still checked.
+        (
+            flip(2050),
+            Mutation::DeleteRow { row: Pick(2100) },
+            Expected::HashMismatch(position(2050)),
+        ),
+        (
+            Mutation::DeleteRow { row: Pick(900) },
+            flip(2000),
+            Expected::Missing {
+                position: position(900),
+                found: position(901),
+            },
+        ),
+        // The last row, in the last (partial) batch.
+        (
+            flip(N - 1),
+            Mutation::ChangeKind { row: Pick(N - 1) },
+            Expected::HashMismatch(position(N - 1)),
+        ),
+    ];
+    let streams = StreamPool::new(16);
+    let build = || -> TestResult<(TempStore, Vec<Envelope>)> {
+        let temp = temp_store()?;
+        for batch in 0..N / 250 {
+            let events: Vec<NewEvent> = (0..250)
+                .map(|n| new_event("file.written", &json!({ "batch": batch, "n": n })))
+                .collect();
+            temp.store
+                .append(streams.stream(batch), ExpectedVersion::Any, &events)?;
+        }
+        let log = temp.envelopes()?;
+        assert_eq!(log.len(), N);
+        Ok((temp, log))
+    };
+
+    let (untouched, _) = build()?;
+    let mut seen = Vec::new();
+    let report = untouched
+        .store
+        .verify_with_progress(None, |events| seen.push(events))?;
+    assert_eq!(report.events, N as u64);
+    assert_eq!(seen.last(), Some(&(N as u64)));
+    assert!(seen.windows(2).all(|pair| pair[0] <= pair[1]), "{seen:?}");
+
+    for (first, second, expected) in cases {
+        let (temp, log) = build()?;
+        let mut tamperer = temp.tamperer()?;
+        apply_mutation(&mut tamperer, &log, &first)?;
+        apply_mutation(&mut tamperer, &log, &second)?;
+        let result = temp.store.verify();
+        assert!(
+            matches!(&result, Err(error) if expected.matches(error)),
+            "after {first:?} and {second:?} expected {expected:?}, verify said {result:?}"
         );
     }
     Ok(())
