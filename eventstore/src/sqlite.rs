@@ -252,8 +252,16 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
         Ok(user_version < SCHEMA_VERSION)
     };
     // Read-only look first: most opens find an up-to-date schema and need
-    // no write lock.
-    if !check(read_identity(connection)?)? {
+    // no write lock. The three reads must see one snapshot: read apart, a
+    // process could see `application_id` 0 from before another process
+    // created the store and the tables from after, and call it foreign.
+    let identity = {
+        let snapshot = connection.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let identity = read_identity(&snapshot)?;
+        snapshot.commit()?;
+        identity
+    };
+    if !check(identity)? {
         return Ok(());
     }
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -321,6 +329,20 @@ impl EventStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A new read-only connection to the same file, for a long read on
+    /// another thread (a `verify` walk, a read-model rebuild's reader) that
+    /// must not hold the shared reader, behind which every query and
+    /// pre-append version read would wait. Begin a transaction on it to
+    /// read one consistent snapshot.
+    pub fn open_read_only_connection(&self) -> Result<Connection> {
+        let connection = Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        connection.busy_timeout(BUSY_TIMEOUT_DEFAULT)?;
+        Ok(connection)
     }
 
     /// The clock that stamps events.
