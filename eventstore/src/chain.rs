@@ -3,7 +3,6 @@
 //! somewhere the database's writer cannot reach.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
@@ -142,7 +141,7 @@ impl EventStore {
         let (batches_tx, batches_rx) = mpsc::sync_channel::<Batch>(VERIFY_BATCHES_IN_FLIGHT);
         let (spare_tx, spare_rx) = mpsc::channel::<Batch>();
         std::thread::scope(|scope| {
-            scope.spawn(move || read_rows(&self.path, &batches_tx, &spare_rx));
+            scope.spawn(move || read_rows(self, &batches_tx, &spare_rx));
             let mut prev_hash = Hash::GENESIS;
             let mut events = 0u64;
             let mut digest_checked = false;
@@ -264,9 +263,9 @@ impl Batch {
 /// what can be checked without hashing (gapless positions, well-formed
 /// columns), and sends rows in batches. Stops at the first failure (sent as
 /// the last batch's `failure`) or when the receiver is gone.
-fn read_rows(path: &Path, batches: &SyncSender<Batch>, spares: &Receiver<Batch>) {
+fn read_rows(store: &EventStore, batches: &SyncSender<Batch>, spares: &Receiver<Batch>) {
     let mut batch = Batch::default();
-    if let Err(failure) = read_rows_into(path, batches, spares, &mut batch) {
+    if let Err(failure) = read_rows_into(store, batches, spares, &mut batch) {
         batch.failure = Some(failure);
     }
     // The final (or failing) batch; the receiver may be gone already.
@@ -274,20 +273,14 @@ fn read_rows(path: &Path, batches: &SyncSender<Batch>, spares: &Receiver<Batch>)
 }
 
 fn read_rows_into(
-    path: &Path,
+    store: &EventStore,
     batches: &SyncSender<Batch>,
     spares: &Receiver<Batch>,
     batch: &mut Batch,
 ) -> Result<()> {
-    // Its own read-only connection: a walk of millions of rows must not
-    // hold the shared reader (every query and pre-append version read would
-    // wait behind it). One read transaction: a concurrent append cannot make
-    // the walk see half a batch.
-    let connection = rusqlite::Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    connection.busy_timeout(crate::sqlite::BUSY_TIMEOUT_DEFAULT)?;
+    // Its own connection, and one read transaction: a concurrent append
+    // cannot make the walk see half a batch.
+    let connection = store.open_read_only_connection()?;
     let transaction = connection.unchecked_transaction()?;
     let mut statement = transaction.prepare(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \

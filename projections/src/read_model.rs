@@ -19,6 +19,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -39,7 +40,9 @@ use crate::state::{
 ///
 /// 2: `rm_sessions_by_age` orders by `(updated_at, session_id)`, and
 /// `rm_totals` holds the active totals.
-pub const READ_MODEL_VERSION: i64 = 2;
+/// 3: sessions get an integer `session_key` in first-written order, and
+/// `rm_files` is keyed by it (see the schema).
+pub const READ_MODEL_VERSION: i64 = 3;
 
 /// Events folded per transaction during catch-up and rebuild. Bounds the
 /// memory of the partial state (it is flushed and cleared per chunk) and how
@@ -52,8 +55,16 @@ CREATE TABLE IF NOT EXISTS rm_checkpoint (
     position      INTEGER NOT NULL,
     model_version INTEGER NOT NULL
 );
+-- Sessions are keyed by an integer assigned in the order they are first
+-- written (SQLite's rowid: one more than the largest), and rm_files by
+-- (session_key, path). New sessions and their files therefore land at the
+-- right edge of both B-trees: a flush dirties the pages it adds to, not a
+-- page in every corner of the tables, as random UUID keys did (a rebuild
+-- rewrote nearly all of rm_files and rm_sessions at every chunk's commit).
+-- Only the session_id index still takes random inserts, and it is small.
 CREATE TABLE IF NOT EXISTS rm_sessions (
-    session_id    TEXT PRIMARY KEY,
+    session_key   INTEGER PRIMARY KEY,
+    session_id    TEXT    NOT NULL UNIQUE,
     status        TEXT    NOT NULL,
     created_at    INTEGER,
     updated_at    INTEGER,
@@ -65,7 +76,7 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
     labels        TEXT    NOT NULL,
     version       INTEGER NOT NULL,
     last_position INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 -- Prune candidates: active, not legacy, oldest first; covering, so the
 -- candidate scan never touches the table. session_id comes right after
 -- updated_at so the index order is exactly the candidates' order
@@ -73,12 +84,12 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
 CREATE INDEX IF NOT EXISTS rm_sessions_by_age
     ON rm_sessions (status, legacy, updated_at, session_id, bytes, version);
 CREATE TABLE IF NOT EXISTS rm_files (
-    session_id TEXT    NOT NULL,
-    path       TEXT    NOT NULL,
-    size       INTEGER NOT NULL,
-    blake3     BLOB    NOT NULL,
-    updated_at INTEGER NOT NULL,
-    PRIMARY KEY (session_id, path)
+    session_key INTEGER NOT NULL,
+    path        TEXT    NOT NULL,
+    size        INTEGER NOT NULL,
+    blake3      BLOB    NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (session_key, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rm_stats (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
@@ -167,16 +178,30 @@ fn active_share(session: Option<&SessionState>) -> (i64, i64) {
     }
 }
 
+/// A session as loaded from `rm_sessions`, with its row's key.
+pub(crate) struct KeyedSession {
+    key: i64,
+    session: SessionState,
+}
+
 /// Loads one session (with its files) from the tables.
 pub(crate) fn load_session(
     connection: &Connection,
     session_id: SessionId,
 ) -> Result<Option<SessionState>> {
+    Ok(load_keyed_session(connection, session_id)?.map(|keyed| keyed.session))
+}
+
+/// [`load_session`], with the session's key.
+fn load_keyed_session(
+    connection: &Connection,
+    session_id: SessionId,
+) -> Result<Option<KeyedSession>> {
     let id_text = session_id.to_string();
     let row = connection
         .prepare_cached(
             "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
-             labels, version, last_position FROM rm_sessions WHERE session_id = ?1",
+             labels, version, last_position, session_key FROM rm_sessions WHERE session_id = ?1",
         )?
         .query_row([&id_text], |row| {
             Ok((
@@ -191,6 +216,7 @@ pub(crate) fn load_session(
                 row.get::<_, String>(8)?,
                 row.get::<_, i64>(9)?,
                 row.get::<_, i64>(10)?,
+                row.get::<_, i64>(11)?,
             ))
         })
         .optional()?;
@@ -206,6 +232,7 @@ pub(crate) fn load_session(
         labels,
         version,
         last_position,
+        session_key,
     )) = row
     else {
         return Ok(None);
@@ -221,33 +248,51 @@ pub(crate) fn load_session(
     };
     let labels: BTreeMap<String, String> = serde_json::from_str(&labels)
         .map_err(|error| corrupt(format!("session {id_text} labels: {error}")))?;
-    let files = load_files(connection, session_id)?;
-    Ok(Some(SessionState {
-        session_id,
-        status,
-        created_at: created_at.map(Timestamp::from_unix_micros),
-        updated_at: updated_at.map(Timestamp::from_unix_micros),
-        exec_count: to_u64(exec_count),
-        last_outcome,
-        bytes: to_u64(bytes),
-        file_count: to_u64(file_count),
-        legacy,
-        labels,
-        version: StreamVersion(to_u64(version)),
-        last_position: Position(to_u64(last_position)),
-        files,
+    let files = load_files_by_key(connection, session_key)?;
+    Ok(Some(KeyedSession {
+        key: session_key,
+        session: SessionState {
+            session_id,
+            status,
+            created_at: created_at.map(Timestamp::from_unix_micros),
+            updated_at: updated_at.map(Timestamp::from_unix_micros),
+            exec_count: to_u64(exec_count),
+            last_outcome,
+            bytes: to_u64(bytes),
+            file_count: to_u64(file_count),
+            legacy,
+            labels,
+            version: StreamVersion(to_u64(version)),
+            last_position: Position(to_u64(last_position)),
+            files,
+        },
     }))
 }
 
-/// Loads one session's files.
+/// Loads one session's files (none if the session has no row).
 pub(crate) fn load_files(
     connection: &Connection,
     session_id: SessionId,
 ) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
+    let key: Option<i64> = connection
+        .prepare_cached("SELECT session_key FROM rm_sessions WHERE session_id = ?1")?
+        .query_row([session_id.to_string()], |row| row.get(0))
+        .optional()?;
+    match key {
+        Some(key) => load_files_by_key(connection, key),
+        None => Ok(BTreeMap::new()),
+    }
+}
+
+/// The files of the session whose row has `session_key`.
+fn load_files_by_key(
+    connection: &Connection,
+    session_key: i64,
+) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
     let mut statement = connection.prepare_cached(
-        "SELECT path, size, blake3, updated_at FROM rm_files WHERE session_id = ?1",
+        "SELECT path, size, blake3, updated_at FROM rm_files WHERE session_key = ?1",
     )?;
-    let mut rows = statement.query([session_id.to_string()])?;
+    let mut rows = statement.query([session_key])?;
     let mut files = BTreeMap::new();
     while let Some(row) = rows.next()? {
         let path_text: String = row.get(0)?;
@@ -289,13 +334,22 @@ pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
     }
 }
 
+/// What a [`Batch`] knows of a session's row from before the batch.
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    /// The row's `session_key`; `None` until the flush inserts the row.
+    key: Option<i64>,
+    /// Its share of `rm_totals` as loaded.
+    share: (i64, i64),
+}
+
 /// A partial state being folded, and what must be written back.
 struct Batch<'c> {
     connection: &'c Connection,
     state: State,
-    /// Sessions looked up in the tables, each with its share of
-    /// `rm_totals` as loaded (zero if it had no row).
-    loaded: HashMap<SessionId, (i64, i64)>,
+    /// Sessions looked up in the tables: their row's key (`None`: no row
+    /// yet) and their share of `rm_totals` as loaded (zero without a row).
+    loaded: HashMap<SessionId, Loaded>,
     dirty_sessions: BTreeSet<SessionId>,
     dirty_files: BTreeSet<(SessionId, WorkspacePath)>,
     stats_dirty: bool,
@@ -325,13 +379,16 @@ impl<'c> Batch<'c> {
     /// for every new session, is skipped.
     fn ensure_loaded(&mut self, session_id: SessionId, first_in_stream: bool) -> Result<()> {
         if let Entry::Vacant(entry) = self.loaded.entry(session_id) {
-            let session = match first_in_stream {
+            let keyed = match first_in_stream {
                 true => None,
-                false => load_session(self.connection, session_id)?,
+                false => load_keyed_session(self.connection, session_id)?,
             };
-            entry.insert(active_share(session.as_ref()));
-            if let Some(session) = session {
-                self.state.sessions.insert(session_id, session);
+            entry.insert(Loaded {
+                key: keyed.as_ref().map(|keyed| keyed.key),
+                share: active_share(keyed.as_ref().map(|keyed| &keyed.session)),
+            });
+            if let Some(keyed) = keyed {
+                self.state.sessions.insert(session_id, keyed.session);
             }
         }
         Ok(())
@@ -399,15 +456,15 @@ impl<'c> Batch<'c> {
     fn flush(&mut self) -> Result<()> {
         let connection = self.connection;
         {
-            let mut upsert_session = connection.prepare_cached(
+            let mut insert_session = connection.prepare_cached(
                 "INSERT INTO rm_sessions (session_id, status, created_at, updated_at, exec_count, last_outcome, \
                  bytes, file_count, legacy, labels, version, last_position) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
-                 ON CONFLICT (session_id) DO UPDATE SET status = excluded.status, created_at = excluded.created_at, \
-                 updated_at = excluded.updated_at, exec_count = excluded.exec_count, \
-                 last_outcome = excluded.last_outcome, bytes = excluded.bytes, file_count = excluded.file_count, \
-                 legacy = excluded.legacy, labels = excluded.labels, version = excluded.version, \
-                 last_position = excluded.last_position",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
+            let mut update_session = connection.prepare_cached(
+                "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
+                 last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
+                 last_position = ?12 WHERE session_key = ?1",
             )?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
@@ -415,8 +472,10 @@ impl<'c> Batch<'c> {
                 };
                 let labels = serde_json::to_string(&session.labels)
                     .map_err(|error| corrupt(error.to_string()))?;
-                upsert_session.execute(params![
-                    session_id.to_string(),
+                let loaded = self.loaded.get_mut(session_id).ok_or_else(|| {
+                    corrupt(format!("session {session_id} changed without being loaded"))
+                })?;
+                let values = (
                     session.status.as_str(),
                     session.created_at.map(Timestamp::unix_micros),
                     session.updated_at.map(Timestamp::unix_micros),
@@ -428,39 +487,71 @@ impl<'c> Batch<'c> {
                     labels,
                     to_i64(session.version.0),
                     to_i64(session.last_position.0),
-                ])?;
+                );
+                match loaded.key {
+                    Some(key) => {
+                        update_session.execute(params![
+                            key, values.0, values.1, values.2, values.3, values.4, values.5,
+                            values.6, values.7, values.8, values.9, values.10,
+                        ])?;
+                    }
+                    None => {
+                        insert_session.execute(params![
+                            session_id.to_string(),
+                            values.0,
+                            values.1,
+                            values.2,
+                            values.3,
+                            values.4,
+                            values.5,
+                            values.6,
+                            values.7,
+                            values.8,
+                            values.9,
+                            values.10,
+                        ])?;
+                        loaded.key = Some(connection.last_insert_rowid());
+                    }
+                }
             }
         }
         {
             let mut upsert_file = connection.prepare_cached(
-                "INSERT INTO rm_files (session_id, path, size, blake3, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT (session_id, path) DO UPDATE SET size = excluded.size, blake3 = excluded.blake3, \
+                "INSERT INTO rm_files (session_key, path, size, blake3, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (session_key, path) DO UPDATE SET size = excluded.size, blake3 = excluded.blake3, \
                  updated_at = excluded.updated_at",
             )?;
             let mut delete_file = connection
-                .prepare_cached("DELETE FROM rm_files WHERE session_id = ?1 AND path = ?2")?;
+                .prepare_cached("DELETE FROM rm_files WHERE session_key = ?1 AND path = ?2")?;
             for (session_id, path) in &self.dirty_files {
                 let entry = self
                     .state
                     .sessions
                     .get(session_id)
                     .and_then(|session| session.files.get(path));
+                // A file row exists only under a session row, which the
+                // loop above wrote for every session with a changed file.
+                let Some(key) = self.loaded.get(session_id).and_then(|loaded| loaded.key) else {
+                    continue;
+                };
                 match entry {
                     Some(file) => upsert_file.execute(params![
-                        session_id.to_string(),
+                        key,
                         path.as_str(),
                         to_i64(file.size),
                         file.blake3.0.as_slice(),
                         file.updated_at.unix_micros(),
                     ])?,
-                    None => delete_file.execute(params![session_id.to_string(), path.as_str()])?,
+                    None => delete_file.execute(params![key, path.as_str()])?,
                 };
             }
         }
         let (mut sessions_delta, mut bytes_delta) = (0i64, 0i64);
         for session_id in &self.dirty_sessions {
-            let (sessions_before, bytes_before) =
-                self.loaded.get(session_id).copied().unwrap_or((0, 0));
+            let (sessions_before, bytes_before) = self
+                .loaded
+                .get(session_id)
+                .map_or((0, 0), |loaded| loaded.share);
             let (sessions_after, bytes_after) = active_share(self.state.sessions.get(session_id));
             sessions_delta += sessions_after - sessions_before;
             bytes_delta += bytes_after - bytes_before;
@@ -652,8 +743,23 @@ pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
 /// Folds every event after the checkpoint, one chunk per transaction.
 /// Resumable: a crash loses at most the chunk in flight, which the next
 /// call folds again.
+///
+/// Long catch-ups (a rebuild) run on two threads: a reader with its own
+/// connection selects and decodes the events, this thread folds them and
+/// writes the read models. Each chunk's transaction first checks that the
+/// checkpoint is still where the reader started; if another process folded
+/// events meanwhile (its append hook catches up too), the reader is dropped
+/// and the rest is folded here, as are events appended after the reader's
+/// snapshot.
 pub fn catch_up(store: &EventStore) -> Result<u64> {
+    let Some((start, _)) = store.with_reader(checkpoint)? else {
+        return Ok(0);
+    };
+    let head = store.head()?.position;
     let mut total = 0u64;
+    if head.0.saturating_sub(start.0) >= PIPELINED_CATCH_UP_EVENTS_MIN {
+        total += pipelined_catch_up(store, start)?;
+    }
     loop {
         let folded = store.with_write_transaction(|transaction| catch_up_chunk(transaction))?;
         if folded == 0 {
@@ -661,6 +767,119 @@ pub fn catch_up(store: &EventStore) -> Result<u64> {
         }
         total += folded as u64;
     }
+}
+
+/// Below this many events behind, catch-up folds on one thread: a second
+/// thread and connection cost more than they save.
+const PIPELINED_CATCH_UP_EVENTS_MIN: u64 = 10_000;
+
+/// Decoded events per hand-off from the catch-up reader to the folding
+/// thread, and hand-offs in flight: about 2 ms of work each, and at most a
+/// few MiB of decoded events waiting.
+const DECODED_BATCH_EVENTS: usize = 1024;
+const DECODED_BATCHES_IN_FLIGHT: usize = 8;
+
+/// One event as the fold needs it: its context and its decoded payload.
+type DecodedEvent = (EventContext, std::result::Result<Option<Event>, CoreError>);
+
+/// Consecutive events in log order, or the error that stopped the reader.
+type DecodedBatch = Result<Vec<DecodedEvent>>;
+
+/// The reading half of a pipelined catch-up: every event after `start`, in
+/// one snapshot, decoded and sent in batches. Stops at the first error
+/// (sent) or when the folding side hangs up.
+fn read_decoded(connection: &Connection, start: Position, batches: &SyncSender<DecodedBatch>) {
+    let result = (|| -> Result<()> {
+        let transaction = connection.unchecked_transaction()?;
+        let mut statement = transaction.prepare(&format!(
+            "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position"
+        ))?;
+        let mut rows = statement.query([to_i64(start.0)])?;
+        let mut batch = Vec::with_capacity(DECODED_BATCH_EVENTS);
+        while let Some(row) = rows.next()? {
+            batch.push(fold_row(row)?);
+            if batch.len() == DECODED_BATCH_EVENTS {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(DECODED_BATCH_EVENTS));
+                if batches.send(Ok(full)).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = batches.send(Ok(batch));
+        }
+        Ok(())
+    })();
+    if let Err(error) = result {
+        let _ = batches.send(Err(error));
+    }
+}
+
+/// The decoded events a pipelined catch-up has received but not folded.
+struct DecodedEvents {
+    batches: Receiver<DecodedBatch>,
+    current: std::vec::IntoIter<DecodedEvent>,
+}
+
+impl DecodedEvents {
+    fn next(&mut self) -> Option<Result<DecodedEvent>> {
+        loop {
+            if let Some(event) = self.current.next() {
+                return Some(Ok(event));
+            }
+            match self.batches.recv() {
+                Ok(Ok(batch)) => self.current = batch.into_iter(),
+                Ok(Err(error)) => return Some(Err(error)),
+                // The reader is done.
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// Folds what the reader sends, one chunk per transaction, while the
+/// checkpoint stays where the folded events left it. Returns the events
+/// folded; the caller folds whatever is left.
+fn pipelined_catch_up(store: &EventStore, start: Position) -> Result<u64> {
+    let connection = store.open_read_only_connection()?;
+    let (sender, receiver) = mpsc::sync_channel(DECODED_BATCHES_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        scope.spawn(move || read_decoded(&connection, start, &sender));
+        let mut events = DecodedEvents {
+            batches: receiver,
+            current: Vec::new().into_iter(),
+        };
+        let mut expected = start;
+        let mut total = 0u64;
+        loop {
+            let folded = store.with_write_transaction(|transaction| -> Result<Option<u64>> {
+                match checkpoint(transaction)? {
+                    Some((position, _)) if position == expected => {}
+                    // Someone else folded (or rebuilt) meanwhile.
+                    _ => return Ok(None),
+                }
+                let mut batch = Batch::new(transaction, expected)?;
+                let mut folded = 0u64;
+                while folded < CATCH_UP_CHUNK_EVENTS as u64 {
+                    let Some(event) = events.next() else {
+                        break;
+                    };
+                    let (context, decoded) = event?;
+                    batch.apply_decoded(&context, decoded)?;
+                    folded += 1;
+                }
+                if folded > 0 {
+                    batch.flush()?;
+                    expected = batch.state.position;
+                }
+                Ok(Some(folded))
+            })?;
+            match folded {
+                Some(0) | None => return Ok(total),
+                Some(folded) => total += folded,
+            }
+        }
+    })
 }
 
 /// Drops the read models and folds the whole log again from position 0,
