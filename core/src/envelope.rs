@@ -61,9 +61,9 @@ impl Hash {
 
     /// Parses 64 hex digits.
     pub fn from_hex(input: &str) -> Result<Hash, CoreError> {
-        blake3::Hash::from_hex(input.trim())
-            .map(|hash| Hash(*hash.as_bytes()))
-            .map_err(|_| CoreError::InvalidHash {
+        decode_hex_32(input.trim().as_bytes())
+            .map(Hash)
+            .ok_or_else(|| CoreError::InvalidHash {
                 input: input.to_owned(),
             })
     }
@@ -72,6 +72,56 @@ impl Hash {
     pub fn from_slice(bytes: &[u8]) -> Option<Hash> {
         <[u8; 32]>::try_from(bytes).ok().map(Hash)
     }
+}
+
+/// The value of each ASCII hex digit (either case); [`NOT_HEX`] for every
+/// other byte.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "evaluated at compile time: a bad index fails the build"
+)]
+const HEX_VALUES: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut digit = 0;
+    while digit < 10 {
+        table[b'0' as usize + digit] = digit as u8;
+        digit += 1;
+    }
+    let mut letter = 0;
+    while letter < 6 {
+        table[b'a' as usize + letter] = 10 + letter as u8;
+        table[b'A' as usize + letter] = 10 + letter as u8;
+        letter += 1;
+    }
+    table
+};
+
+/// Marks a byte that is not a hex digit in [`HEX_VALUES`].
+const NOT_HEX: u8 = 0xff;
+
+/// 64 hex digits to 32 bytes, `None` for any other input. A table lookup
+/// per digit: every stored event carries up to four hashes as hex, and a
+/// rebuild decodes millions of them (blake3's own parser was a tenth of a
+/// rebuild's decoding time).
+fn decode_hex_32(digits: &[u8]) -> Option<[u8; 32]> {
+    let pairs = digits.as_chunks::<2>();
+    let ([], 32) = (pairs.1, pairs.0.len()) else {
+        return None;
+    };
+    let mut bytes = [0u8; 32];
+    let mut invalid = 0u8;
+    for (byte, [high, low]) in bytes.iter_mut().zip(pairs.0) {
+        let value = |digit: u8| {
+            HEX_VALUES
+                .get(usize::from(digit))
+                .copied()
+                .unwrap_or(NOT_HEX)
+        };
+        let (high, low) = (value(*high), value(*low));
+        invalid |= (high | low) & 0xf0;
+        *byte = (high << 4) | (low & 0x0f);
+    }
+    (invalid == 0).then_some(bytes)
 }
 
 impl fmt::Debug for Hash {
@@ -495,6 +545,39 @@ mod tests {
     fn hash_hex_round_trips() {
         let hash = Hash::of(b"x");
         assert_eq!(Hash::from_hex(&hash.to_hex()).unwrap(), hash);
+        assert_eq!(Hash::from_hex(&hash.to_hex().to_uppercase()).unwrap(), hash);
+        assert_eq!(
+            Hash::from_hex(&format!(" {} ", hash.to_hex())).unwrap(),
+            hash
+        );
         assert!(Hash::from_hex("zz").is_err());
+    }
+
+    #[test]
+    fn hex_parsing_agrees_with_blake3_on_every_bad_digit_and_length() {
+        let good = Hash::of(b"y").to_hex();
+        for index in [0, 1, 31, 62, 63] {
+            for bad in [b'g', b'G', b'/', b':', b'@', b'`', b' ', 0, 0xff] {
+                let mut bytes = good.clone().into_bytes();
+                bytes[index] = bad;
+                let Ok(text) = String::from_utf8(bytes) else {
+                    continue;
+                };
+                assert!(Hash::from_hex(&text).is_err(), "{text:?}");
+                assert!(blake3::Hash::from_hex(text.as_bytes()).is_err());
+            }
+        }
+        for length in [0, 62, 63, 65, 66, 128] {
+            let text: String = good.chars().cycle().take(length).collect();
+            assert!(Hash::from_hex(&text).is_err(), "length {length}");
+        }
+        for seed in 0..200u32 {
+            let hash = Hash::of(&seed.to_le_bytes());
+            let expected = blake3::Hash::from_hex(hash.to_hex()).unwrap();
+            assert_eq!(
+                Hash::from_hex(&hash.to_hex()).unwrap().0,
+                *expected.as_bytes()
+            );
+        }
     }
 }
