@@ -326,6 +326,14 @@ impl ProjectionStore {
         Ok(open_store(&self.path(), &self.clock, false)?.0)
     }
 
+    /// Opens a second store on the same file that installs and maintains
+    /// the read models: another process using sandlog.
+    ///
+    /// Errors if the store cannot be opened or the install fails.
+    pub fn open_with_read_model(&self) -> TestResult<EventStore> {
+        Ok(open_store(&self.path(), &self.clock, true)?.0)
+    }
+
     /// Appends typed events to `stream` (any version).
     ///
     /// Errors if the append fails.
