@@ -1295,7 +1295,7 @@ fn long_life(index: usize, session_id: SessionId) -> TestResult<Vec<sandlog_core
         executed(Outcome::Error),
         file_deleted(&path("out")?, WrittenBy::Guest),
     ];
-    if index % 10 == 0 {
+    if index.is_multiple_of(10) {
         life.push(prune_requested(DAY.as_micros() as u64, 200));
         life.push(pruned(200));
     }
@@ -1323,7 +1323,7 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
             .append_to(session_id, &long_life(index, session_id)?)?
             .len() as u64;
         sessions.push(session_id);
-        if index % 1_000 == 0 {
+        if index.is_multiple_of(1_000) {
             harness.advance(HOUR);
         }
     }
