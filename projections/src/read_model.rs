@@ -749,8 +749,8 @@ pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
 /// writes the read models. Each chunk's transaction first checks that the
 /// checkpoint is still where the reader started; if another process folded
 /// events meanwhile (its append hook catches up too), the reader is dropped
-/// and the rest is folded here, as are events appended after the reader's
-/// snapshot.
+/// and the rest is folded here, as are events appended after the reader
+/// stopped.
 pub fn catch_up(store: &EventStore) -> Result<u64> {
     let Some((start, _)) = store.with_reader(checkpoint)? else {
         return Ok(0);
@@ -785,30 +785,49 @@ type DecodedEvent = (EventContext, std::result::Result<Option<Event>, CoreError>
 /// Consecutive events in log order, or the error that stopped the reader.
 type DecodedBatch = Result<Vec<DecodedEvent>>;
 
-/// The reading half of a pipelined catch-up: every event after `start`, in
-/// one snapshot, decoded and sent in batches. Stops at the first error
-/// (sent) or when the folding side hangs up.
+/// The reading half of a pipelined catch-up: every event after `start`,
+/// page by page, decoded and sent in batches. Positions never change once
+/// written, so pages read in different snapshots join up exactly. Stops at
+/// the first page that ends before the page size (the head, then), at the
+/// first error (sent), or when the folding side hangs up.
 fn read_decoded(connection: &Connection, start: Position, batches: &SyncSender<DecodedBatch>) {
     let result = (|| -> Result<()> {
-        let transaction = connection.unchecked_transaction()?;
-        let mut statement = transaction.prepare(&format!(
-            "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position"
-        ))?;
-        let mut rows = statement.query([to_i64(start.0)])?;
-        let mut batch = Vec::with_capacity(DECODED_BATCH_EVENTS);
-        while let Some(row) = rows.next()? {
-            batch.push(fold_row(row)?);
-            if batch.len() == DECODED_BATCH_EVENTS {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(DECODED_BATCH_EVENTS));
-                if batches.send(Ok(full)).is_err() {
-                    return Ok(());
+        let mut after = start;
+        loop {
+            // One short read transaction per page rather than one for the
+            // whole walk: a snapshot held for the whole rebuild would keep
+            // every checkpoint from resetting the WAL, which then grows with
+            // the log (and the process's memory with it).
+            let transaction = connection.unchecked_transaction()?;
+            let mut statement = transaction.prepare_cached(&format!(
+                "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
+            ))?;
+            let mut rows = statement.query(params![
+                to_i64(after.0),
+                to_i64(CATCH_UP_CHUNK_EVENTS as u64)
+            ])?;
+            let mut read = 0usize;
+            let mut batch = Vec::with_capacity(DECODED_BATCH_EVENTS);
+            while let Some(row) = rows.next()? {
+                let event = fold_row(row)?;
+                after = event.0.position;
+                batch.push(event);
+                read += 1;
+                if batch.len() == DECODED_BATCH_EVENTS {
+                    let full =
+                        std::mem::replace(&mut batch, Vec::with_capacity(DECODED_BATCH_EVENTS));
+                    if batches.send(Ok(full)).is_err() {
+                        return Ok(());
+                    }
                 }
             }
+            if !batch.is_empty() && batches.send(Ok(batch)).is_err() {
+                return Ok(());
+            }
+            if read < CATCH_UP_CHUNK_EVENTS {
+                return Ok(());
+            }
         }
-        if !batch.is_empty() {
-            let _ = batches.send(Ok(batch));
-        }
-        Ok(())
     })();
     if let Err(error) = result {
         let _ = batches.send(Err(error));
