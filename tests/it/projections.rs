@@ -1310,7 +1310,8 @@ fn long_life(index: usize, session_id: SessionId) -> TestResult<Vec<sandlog_core
 /// sessions, then more events for the first 200 sessions at the end of the
 /// log; rebuild while a second store with the read models installed keeps
 /// appending (where its appends fall between the rebuild's chunks is up to
-/// the scheduler); compare with the in-memory fold.
+/// the scheduler); compare with the in-memory fold. The writer's page cache
+/// is its usual size again afterwards.
 #[test]
 fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> TestResult {
     const SESSIONS: usize = 9_000;
@@ -1340,6 +1341,14 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
         "the log must span more than one chunk: {appended} events"
     );
 
+    let cache_size = |store: &sandlog_eventstore::EventStore| {
+        store.with_write_transaction(|transaction| {
+            transaction
+                .query_row("PRAGMA cache_size", [], |row| row.get::<_, i64>(0))
+                .map_err(sandlog_eventstore::EventStoreError::from)
+        })
+    };
+    let usual_cache_size = cache_size(&harness.store)?;
     let other = harness.open_with_read_model()?;
     let done = std::sync::atomic::AtomicBool::new(false);
     let late = std::thread::scope(|scope| -> TestResult<u64> {
@@ -1368,6 +1377,8 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
     })?;
     let state = assert_read_model_matches_fold(&harness)?;
     assert_eq!(state.position, Position(appended + late));
+    // The rebuild ran with a small page cache and gave the usual one back.
+    assert_eq!(cache_size(&harness.store)?, usual_cache_size);
     let pruned_count = state
         .sessions
         .values()
