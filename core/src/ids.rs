@@ -32,6 +32,16 @@ impl SessionId {
         Uuid::try_parse(input).map(SessionId).map_err(|_| invalid())
     }
 
+    /// [`SessionId::parse`] of ASCII bytes, such as a stored text column,
+    /// without first checking them as UTF-8 (a prune scan parses 100,000
+    /// ids). `None` for anything `parse` refuses.
+    pub fn parse_ascii(input: &[u8]) -> Option<Self> {
+        if input.len() != 36 {
+            return None;
+        }
+        Uuid::try_parse_ascii(input).ok().map(SessionId)
+    }
+
     /// The UUID.
     pub fn as_uuid(&self) -> &Uuid {
         &self.0
@@ -225,6 +235,7 @@ mod tests {
             "550e8400e29b41d4a716446655440000",
             "{550e8400-e29b-41d4-a716-446655440000}",
             "550e8400-e29b-41d4-a716-44665544000g",
+            "550e8400-e29b-41d4-a716_446655440000",
         ] {
             assert_eq!(
                 SessionId::parse(input),
@@ -233,6 +244,12 @@ mod tests {
                 }),
                 "{input}"
             );
+            assert_eq!(SessionId::parse_ascii(input.as_bytes()), None, "{input}");
+        }
+        let id = SessionId::new_v4();
+        for text in [id.to_string(), id.to_string().to_uppercase()] {
+            assert_eq!(SessionId::parse_ascii(text.as_bytes()), Some(id));
+            assert_eq!(SessionId::parse(&text).ok(), Some(id));
         }
     }
 

@@ -298,10 +298,14 @@ pub struct PrunePlan {
 /// A session id column, parsed from the row's bytes in place (no `String`
 /// per row: a prune may read 100,000).
 fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId> {
-    let text = row.get_ref(index)?.as_str().map_err(|_| {
-        ProjectionError::Corrupt(format!("session id in column {index} is not text"))
-    })?;
-    SessionId::parse(text).map_err(|_| ProjectionError::Corrupt(format!("session id {text:?}")))
+    let rusqlite::types::ValueRef::Text(bytes) = row.get_ref(index)? else {
+        return Err(ProjectionError::Corrupt(format!(
+            "session id in column {index} is not text"
+        )));
+    };
+    SessionId::parse_ascii(bytes).ok_or_else(|| {
+        ProjectionError::Corrupt(format!("session id {:?}", String::from_utf8_lossy(bytes)))
+    })
 }
 
 /// Prune candidates for `policy` at `now` (P1, P6). Walks the covering
