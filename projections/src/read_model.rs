@@ -667,6 +667,14 @@ fn fold_row(
     Ok((context, Event::decode(kind, schema, payload)))
 }
 
+/// The statement selecting, with [`FOLD_COLUMNS`], the events after
+/// position `?1` in position order, at most `?2` of them.
+fn fold_rows_after(connection: &Connection) -> rusqlite::Result<rusqlite::CachedStatement<'_>> {
+    connection.prepare_cached(&format!(
+        "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
+    ))
+}
+
 /// Folds the events after the checkpoint, up to `CATCH_UP_CHUNK_EVENTS`;
 /// returns how many were folded.
 fn catch_up_chunk(connection: &Connection) -> Result<usize> {
@@ -674,9 +682,7 @@ fn catch_up_chunk(connection: &Connection) -> Result<usize> {
         return Ok(0);
     };
     let mut batch = Batch::new(connection, position)?;
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
-    ))?;
+    let mut statement = fold_rows_after(connection)?;
     let mut rows = statement.query(params![
         to_i64(position.0),
         to_i64(CATCH_UP_CHUNK_EVENTS as u64)
@@ -852,9 +858,7 @@ fn read_decoded(
             // grew with the rebuild (94 MB for 1M events).
             let batch = {
                 let transaction = connection.unchecked_transaction()?;
-                let mut statement = transaction.prepare_cached(&format!(
-                    "SELECT {FOLD_COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
-                ))?;
+                let mut statement = fold_rows_after(&transaction)?;
                 let mut rows = statement.query(params![
                     to_i64(after.0),
                     to_i64(DECODED_BATCH_EVENTS as u64)

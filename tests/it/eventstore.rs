@@ -777,6 +777,25 @@ proptest! {
     }
 }
 
+/// A fresh store holding `batches` appends of `per_batch` `file.written`
+/// events, spread over `streams`, and its log.
+fn store_of_file_events(
+    streams: &StreamPool,
+    batches: usize,
+    per_batch: usize,
+) -> TestResult<(TempStore, Vec<Envelope>)> {
+    let temp = temp_store()?;
+    for batch in 0..batches {
+        let events: Vec<NewEvent> = (0..per_batch)
+            .map(|n| new_event("file.written", &json!({ "batch": batch, "n": n })))
+            .collect();
+        temp.store
+            .append(streams.stream(batch), ExpectedVersion::Any, &events)?;
+    }
+    let log = temp.envelopes()?;
+    Ok((temp, log))
+}
+
 /// Goal: every kind of mutation is found at the first, a middle and the
 /// last row, at the position and with the problem written out here by
 /// hand (A1, issue 2). The property test draws mutations at random; this
@@ -886,16 +905,7 @@ fn each_mutation_kind_is_found_at_the_first_middle_and_last_rows() -> TestResult
         ),
     ]);
     for (mutation, expected) in table {
-        let temp = temp_store()?;
-        let streams = StreamPool::new(1);
-        for batch in 0..4 {
-            let events: Vec<NewEvent> = (0..3)
-                .map(|n| new_event("file.written", &json!({ "batch": batch, "n": n })))
-                .collect();
-            temp.store
-                .append(streams.stream(batch), ExpectedVersion::Any, &events)?;
-        }
-        let log = temp.envelopes()?;
+        let (temp, log) = store_of_file_events(&StreamPool::new(1), 4, 3)?;
         assert_eq!(log.len(), N);
         let mut tamperer = temp.tamperer()?;
         let claimed = apply_mutation(&mut tamperer, &log, &mutation)?;
@@ -969,15 +979,7 @@ fn damage_across_verify_batches_is_found_at_the_first_bad_row() -> TestResult {
     ];
     let streams = StreamPool::new(16);
     let build = || -> TestResult<(TempStore, Vec<Envelope>)> {
-        let temp = temp_store()?;
-        for batch in 0..N / 250 {
-            let events: Vec<NewEvent> = (0..250)
-                .map(|n| new_event("file.written", &json!({ "batch": batch, "n": n })))
-                .collect();
-            temp.store
-                .append(streams.stream(batch), ExpectedVersion::Any, &events)?;
-        }
-        let log = temp.envelopes()?;
+        let (temp, log) = store_of_file_events(&streams, N / 250, 250)?;
         assert_eq!(log.len(), N);
         Ok((temp, log))
     };
