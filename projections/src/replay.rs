@@ -31,14 +31,35 @@ impl Cut {
 /// The whole state as of `cut` (memory grows with the sessions, not the
 /// events: the log is streamed).
 pub fn state_at(store: &EventStore, cut: Cut) -> Result<State> {
+    state_at_with_progress(store, cut, |_, _| {})
+}
+
+/// Events folded between two calls of a replay's progress callback.
+pub const PROGRESS_EVERY_EVENTS: u64 = 4096;
+
+/// [`state_at`], calling `progress(events folded, events to fold)` every
+/// [`PROGRESS_EVERY_EVENTS`] events and once at the end.
+pub fn state_at_with_progress(
+    store: &EventStore,
+    cut: Cut,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<State> {
     let to = cut.position(store)?;
+    // Positions are gapless from 1, so the cut position is the count.
+    let total = to.0;
     let mut state = State::default();
+    let mut folded = 0u64;
     for envelope in store.query(LogFilter {
         to: Some(to),
         ..LogFilter::default()
     }) {
         apply(&mut state, &envelope?);
+        folded += 1;
+        if folded.is_multiple_of(PROGRESS_EVERY_EVENTS) {
+            progress(folded, total);
+        }
     }
+    progress(folded, total.max(folded));
     Ok(state)
 }
 

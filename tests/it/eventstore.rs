@@ -1007,6 +1007,43 @@ fn damage_across_verify_batches_is_found_at_the_first_bad_row() -> TestResult {
     Ok(())
 }
 
+/// Goal: the WAL file does not keep its high-water mark: once a checkpoint
+/// has copied it back, the next write cuts the file back to the store's
+/// limit (16 MiB), as after a rebuild. Method: one 40 MB append (the WAL
+/// grows past it), then small appends (the automatic checkpoint copies
+/// everything back, and the next write restarts the WAL); the `-wal` file
+/// must end at 16 MiB or less, and the log still verifies.
+#[test]
+fn the_wal_file_is_cut_back_after_a_large_append() -> TestResult {
+    const WAL_LIMIT: u64 = 16 * 1024 * 1024;
+    let temp = temp_store()?;
+    let big: Vec<NewEvent> = (0..400)
+        .map(|n| new_event_bytes("file.written", vec![b'a' + (n % 26) as u8; 100_000]))
+        .collect();
+    temp.store.append(
+        StreamId::Session(SessionId::new_v4()),
+        ExpectedVersion::NoStream,
+        &big,
+    )?;
+    let wal_path = temp.dir().join(format!(
+        "{}-wal",
+        temp.path().file_name().unwrap().to_string_lossy()
+    ));
+    let grown = std::fs::metadata(&wal_path)?.len();
+    assert!(grown > 2 * WAL_LIMIT, "the WAL should have grown: {grown}");
+    for _ in 0..3 {
+        temp.store.append(
+            StreamId::Session(SessionId::new_v4()),
+            ExpectedVersion::NoStream,
+            &[new_event("session.created", &json!({}))],
+        )?;
+    }
+    let after = std::fs::metadata(&wal_path)?.len();
+    assert!(after <= WAL_LIMIT, "WAL still {after} bytes (was {grown})");
+    assert_eq!(temp.store.verify()?.events, 403);
+    Ok(())
+}
+
 /// Goal: to any client that does not go out of its way (drop the
 /// triggers), the log is append-only: SQL `UPDATE` and `DELETE` on
 /// `events` are refused (A1). Method: store an event, then try both

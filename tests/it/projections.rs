@@ -1388,6 +1388,30 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
     Ok(())
 }
 
+/// Goal: a whole-state replay reports its progress (the CLI's bar): counts
+/// never go down, and the last call says every event up to the cut was
+/// folded; the state is the one `state_at` gives. Method: the mixed
+/// history, replayed to its head and to its middle.
+#[test]
+fn replay_reports_progress_up_to_the_cut() -> TestResult {
+    let harness = ProjectionStore::new(true)?;
+    let appended = mixed_history(&harness)?;
+    for to in [appended, appended / 2] {
+        let mut calls = Vec::new();
+        let cut = Cut::Position(Position(to));
+        let state = replay::state_at_with_progress(&harness.store, cut, |done, total| {
+            calls.push((done, total))
+        })?;
+        assert_eq!(calls.last(), Some(&(to, to)), "{calls:?}");
+        assert!(
+            calls.windows(2).all(|pair| pair[0].0 <= pair[1].0),
+            "{calls:?}"
+        );
+        assert_eq!(state, replay::state_at(&harness.store, cut)?);
+    }
+    Ok(())
+}
+
 /// Goal: `rebuild` restores a read model whose rows were changed behind
 /// its back (C2). Method: corrupt a session row, delete file rows and the
 /// statistics through rusqlite, see the queries lie, rebuild, compare.

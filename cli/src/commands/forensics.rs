@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::args::{LogArgs, ReplayArgs, VerifyArgs};
 use crate::exit::{CliError, usage};
-use crate::output::Output;
+use crate::output::{self, Output};
 use crate::render;
 
 fn timestamp(text: Option<&str>) -> Result<Option<Timestamp>, CliError> {
@@ -121,8 +121,8 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
         return Ok(0);
     }
     let bar = output.progress_bar("replaying");
-    let state =
-        replay::state_at(engine.store(), cut).map_err(sandlog_runtime::RuntimeError::from)?;
+    let state = replay::state_at_with_progress(engine.store(), cut, output::advance(&bar))
+        .map_err(sandlog_runtime::RuntimeError::from)?;
     bar.finish_and_clear();
     let sessions: Vec<SessionSummary> = state.sessions.values().map(SessionSummary::from).collect();
     if output.json {
