@@ -147,7 +147,8 @@ pub enum EventStoreError {
     /// The caller's append hook failed; the append was rolled back.
     #[error("append hook failed: {0}")]
     Hook(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// SQLite failed (disk full, locked past the busy timeout, I/O error).
+    /// SQLite failed (disk full, locked past the busy timeout, I/O error);
+    /// see [`EventStoreError::kind`] and [`EventStoreError::is_retryable`].
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// A filesystem error around the database file.
@@ -177,9 +178,18 @@ impl EventStoreError {
             Self::Poisoned => "poisoned",
             Self::Hook(_) => "hook",
             Self::Sqlite(error) if is_disk_full(error) => "disk_full",
+            Self::Sqlite(error) if is_busy(error) => "busy",
             Self::Sqlite(_) => "database",
             Self::Io { .. } => "io",
         }
+    }
+
+    /// Whether the same call may succeed if simply made again later:
+    /// another connection held the database past the busy timeout (a long
+    /// rebuild, a writer in another process). A [`Self::VersionConflict`]
+    /// is not: the caller must re-read and re-decide first.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Sqlite(error) if is_busy(error))
     }
 
     /// Whether this is an integrity failure (CLI exit code 4).
@@ -196,6 +206,15 @@ pub fn is_disk_full(error: &rusqlite::Error) -> bool {
     matches!(
         error.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DiskFull)
+    )
+}
+
+/// Whether a SQLite error is "database is locked" or "busy": the busy
+/// timeout ran out while another connection held a lock.
+pub fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     )
 }
 

@@ -35,6 +35,8 @@ impl ProjectionError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Store(error) => error.kind(),
+            Self::Sqlite(error) if sandlog_eventstore::is_busy(error) => "busy",
+            Self::Sqlite(error) if sandlog_eventstore::is_disk_full(error) => "disk_full",
             Self::Sqlite(_) => "database",
             Self::Corrupt(_) => "read_model_corrupt",
             Self::UnknownSession(_) => "not_found",

@@ -1044,6 +1044,41 @@ fn the_wal_file_is_cut_back_after_a_large_append() -> TestResult {
     Ok(())
 }
 
+/// Goal: an append that waited out the busy timeout behind another
+/// connection's write lock fails as a retryable `busy` error (not a
+/// generic database error), appends nothing, and succeeds when made again
+/// once the lock is gone. Method: a plain rusqlite connection holds
+/// `BEGIN IMMEDIATE`; the store's busy timeout is 50 ms.
+#[test]
+fn an_append_behind_another_writer_is_busy_and_retryable() -> TestResult {
+    let temp = temp_store()?;
+    let path = temp.path();
+    let options = OpenOptions {
+        busy_timeout: std::time::Duration::from_millis(50),
+        ..OpenOptions::default()
+    };
+    let store = EventStore::open(&path, options)?;
+    let blocker = Connection::open(&path)?;
+    blocker.execute_batch("BEGIN IMMEDIATE;")?;
+    let event = new_event("session.created", &json!({}));
+    let stream = StreamId::Session(SessionId::new_v4());
+    let error = store
+        .append(
+            stream,
+            ExpectedVersion::NoStream,
+            std::slice::from_ref(&event),
+        )
+        .unwrap_err();
+    assert_eq!(error.kind(), "busy", "{error}");
+    assert!(error.is_retryable());
+    assert!(!error.is_integrity());
+    blocker.execute_batch("ROLLBACK;")?;
+    let appended = store.append(stream, ExpectedVersion::NoStream, &[event])?;
+    assert_eq!(appended.len(), 1);
+    assert_eq!(appended[0].position, Position(1));
+    Ok(())
+}
+
 /// Goal: to any client that does not go out of its way (drop the
 /// triggers), the log is append-only: SQL `UPDATE` and `DELETE` on
 /// `events` are refused (A1). Method: store an event, then try both
