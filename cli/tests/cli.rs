@@ -39,6 +39,11 @@ fn json(output: &[u8]) -> Value {
         .unwrap_or_else(|error| panic!("not JSON ({error}): {}", String::from_utf8_lossy(output)))
 }
 
+/// Runs `command`, which must succeed, and parses its stdout as JSON.
+fn json_success(command: &mut Command) -> Value {
+    json(&command.assert().success().get_output().stdout)
+}
+
 fn init() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -47,14 +52,9 @@ fn init() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn create(root: &Path) -> String {
-    let out = sandlog(root)
-        .args(["--json", "session", "create", "--label", "team=qa"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    json(&out)["session_id"].as_str().unwrap().to_owned()
+    let created =
+        json_success(sandlog(root).args(["--json", "session", "create", "--label", "team=qa"]));
+    created["session_id"].as_str().unwrap().to_owned()
 }
 
 /// `init` creates the root and says where (JSON and human).
@@ -62,14 +62,8 @@ fn create(root: &Path) -> String {
 fn init_creates_the_root() -> TestResult {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("r");
-    let out = sandlog(&root)
-        .args(["--json", "init"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    assert!(json(&out)["root"].as_str().unwrap().ends_with("/r"));
+    let out = json_success(sandlog(&root).args(["--json", "init"]));
+    assert!(out["root"].as_str().unwrap().ends_with("/r"));
     assert!(root.join("sandlog.db").is_file());
     sandlog(&root)
         .arg("init")
@@ -105,14 +99,7 @@ impl Contains for assert_cmd::assert::Assert {
 fn session_commands_work_in_json_and_human_form() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
-    let show = json(
-        &sandlog(&root)
-            .args(["--json", "session", "show", &id])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let show = json_success(sandlog(&root).args(["--json", "session", "show", &id]));
     for key in [
         "session_id",
         "created_at",
@@ -129,14 +116,8 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
     assert_eq!(show["version"], 1);
     assert_eq!(show["status"], "active");
     assert_eq!(show["created_at"], show["updated_at"]);
-    let list = json(
-        &sandlog(&root)
-            .args(["--json", "session", "list", "--status", "active"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let list =
+        json_success(sandlog(&root).args(["--json", "session", "list", "--status", "active"]));
     assert_eq!(list.as_array().unwrap().len(), 1);
     let human = sandlog(&root)
         .args(["session", "list"])
@@ -146,38 +127,17 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
         .stdout
         .clone();
     assert!(String::from_utf8(human)?.contains(&id));
-    let timeline = json(
-        &sandlog(&root)
-            .args(["--json", "session", "timeline", &id])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let timeline = json_success(sandlog(&root).args(["--json", "session", "timeline", &id]));
     assert_eq!(timeline[0]["kind"], "session.created");
     sandlog(&root)
         .args(["session", "timeline", &id])
         .assert()
         .success()
         .stdout_has("session created (team=qa)");
-    let deleted = json(
-        &sandlog(&root)
-            .args(["--json", "session", "delete", &id])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let deleted = json_success(sandlog(&root).args(["--json", "session", "delete", &id]));
     assert_eq!(deleted["session_id"], id.as_str());
     assert_eq!(
-        json(
-            &sandlog(&root)
-                .args(["--json", "session", "show", &id])
-                .assert()
-                .success()
-                .get_output()
-                .stdout
-        )["status"],
+        json_success(sandlog(&root).args(["--json", "session", "show", &id]))["status"],
         "deleted"
     );
     Ok(())
@@ -199,20 +159,13 @@ fn exec_passes_output_through_and_exits_5_on_guest_failure() -> TestResult {
         .assert()
         .success()
         .stdout("hi\n");
-    let out = json(
-        &sandlog(&root)
-            .args([
-                "--json",
-                "exec",
-                &id,
-                "--code",
-                "import os; os.remove('a.txt'); print(2)",
-            ])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let out = json_success(sandlog(&root).args([
+        "--json",
+        "exec",
+        &id,
+        "--code",
+        "import os; os.remove('a.txt'); print(2)",
+    ]));
     assert_eq!(out["outcome"], "ok");
     assert_eq!(out["exit_code"], 0);
     assert_eq!(out["stdout"], "2\n");
@@ -259,14 +212,10 @@ fn files_commands_work() -> TestResult {
     let id = create(&root);
     let source = dir.path().join("in.txt");
     std::fs::write(&source, "hello")?;
-    let put = json(
-        &sandlog(&root)
+    let put = json_success(
+        sandlog(&root)
             .args(["--json", "files", "put", &id, "docs/a.txt", "--from"])
-            .arg(&source)
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
+            .arg(&source),
     );
     assert_eq!(put["size"], 5);
     assert_eq!(put["path"], "docs/a.txt");
@@ -290,37 +239,17 @@ fn files_commands_work() -> TestResult {
         .assert()
         .success()
         .stdout("again");
-    let ls = json(
-        &sandlog(&root)
-            .args(["--json", "files", "ls", &id, "*.py"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let ls = json_success(sandlog(&root).args(["--json", "files", "ls", &id, "*.py"]));
     assert_eq!(ls.as_array().unwrap().len(), 1);
     assert_eq!(ls[0]["path"], "top.py");
-    let tree = json(
-        &sandlog(&root)
-            .args(["--json", "files", "ls", &id, "--tree"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let tree = json_success(sandlog(&root).args(["--json", "files", "ls", &id, "--tree"]));
     assert_eq!(tree["docs"]["a.txt"]["size"], 5);
     sandlog(&root)
         .args(["files", "rm", &id, "docs"])
         .assert()
         .code(1);
-    let rm = json(
-        &sandlog(&root)
-            .args(["--json", "files", "rm", &id, "docs", "--recursive"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let rm =
+        json_success(sandlog(&root).args(["--json", "files", "rm", &id, "docs", "--recursive"]));
     assert_eq!(rm["deleted"][0], "docs/a.txt");
     Ok(())
 }
@@ -397,27 +326,13 @@ fn verify_detects_tampering_and_checks_digests() -> TestResult {
         .write_stdin("x")
         .assert()
         .success();
-    let digest = json(
-        &sandlog(&root)
-            .args(["--json", "digest"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let digest = json_success(sandlog(&root).args(["--json", "digest"]));
     let pinned = format!(
         "{}:{}",
         digest["position"],
         digest["hash"].as_str().unwrap()
     );
-    let ok = json(
-        &sandlog(&root)
-            .args(["--json", "verify", "--digest", &pinned])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let ok = json_success(sandlog(&root).args(["--json", "verify", "--digest", &pinned]));
     assert_eq!(ok["ok"], true);
     assert_eq!(ok["events"], 2);
     sandlog(&root)
@@ -479,33 +394,14 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
         .stdout
         .clone();
     assert_eq!(String::from_utf8(kinds)?.lines().count(), 1);
-    let then = json(
-        &sandlog(&root)
-            .args(["--json", "replay", "--at", "1", "--session", &id])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let then =
+        json_success(sandlog(&root).args(["--json", "replay", "--at", "1", "--session", &id]));
     assert_eq!(then["files"], 0);
-    let now = json(
-        &sandlog(&root)
-            .args(["--json", "replay", "--at", "2"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let now = json_success(sandlog(&root).args(["--json", "replay", "--at", "2"]));
     assert_eq!(now["sessions"][0]["files"], 1);
 
-    let dry = json(
-        &sandlog(&root)
-            .args(["--json", "prune", "--older-than", "0", "--dry-run"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let dry =
+        json_success(sandlog(&root).args(["--json", "prune", "--older-than", "0", "--dry-run"]));
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted_sessions"][0], id.as_str());
     for key in ["skipped_sessions", "reclaimed_bytes", "errors"] {
@@ -515,55 +411,22 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
     let legacy = "6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f";
     std::fs::create_dir_all(seeds.join(legacy))?;
     std::fs::write(seeds.join(legacy).join("x.txt"), "old")?;
-    let adopted = json(
-        &sandlog(&root)
-            .args(["--json", "adopt"])
-            .arg(&seeds)
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let adopted = json_success(sandlog(&root).args(["--json", "adopt"]).arg(&seeds));
     assert_eq!(adopted["legacy"][0], legacy);
-    let pruned = json(
-        &sandlog(&root)
-            .args(["--json", "prune", "--older-than", "0"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let pruned = json_success(sandlog(&root).args(["--json", "prune", "--older-than", "0"]));
     assert_eq!(pruned["deleted_sessions"][0], id.as_str());
     assert_eq!(pruned["skipped_sessions"][0], legacy);
-    let reconcile = json(
-        &sandlog(&root)
-            .args(["--json", "reconcile"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let reconcile = json_success(sandlog(&root).args(["--json", "reconcile"]));
     for key in ["actions", "orphans", "intents_finished", "drift"] {
         assert!(reconcile.get(key).is_some(), "missing {key}");
     }
-    let stats = json(
-        &sandlog(&root)
-            .args(["--json", "stats"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let stats = json_success(sandlog(&root).args(["--json", "stats"]));
     assert_eq!(stats["cleanup"]["prune_runs"], 1);
     let export = dir.path().join("export");
-    let written = json(
-        &sandlog(&root)
+    let written = json_success(
+        sandlog(&root)
             .args(["--json", "export-metadata"])
-            .arg(&export)
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
+            .arg(&export),
     );
     assert_eq!(written["written"], 0, "the only active session is legacy");
     Ok(())
