@@ -54,13 +54,7 @@ fn print_one_runs_and_is_recorded() -> TestResult {
     assert_eq!(run.outcome, Outcome::Ok);
     assert_eq!(run.exit_code, Some(0));
     assert_eq!(run.stdout, b"1\n");
-    let kinds: Vec<String> = root
-        .engine
-        .store()
-        .read_stream(StreamId::Session(session.session_id))?
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds = root.stream_kinds(session.session_id)?;
     assert_eq!(kinds, vec!["session.created", "session.executed"]);
     Ok(())
 }

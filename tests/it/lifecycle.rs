@@ -61,13 +61,7 @@ fn prune_deletes_old_sessions_and_keeps_recent_ones() -> TestResult {
     for id in [old_a, old_b] {
         assert!(!root.engine.layout().workspace(id).exists());
         assert_eq!(root.engine.session(id)?.status, SessionStatus::Pruned);
-        let kinds: Vec<String> = root
-            .engine
-            .store()
-            .read_stream(StreamId::Session(id))?
-            .into_iter()
-            .map(|e| e.kind)
-            .collect();
+        let kinds = root.stream_kinds(id)?;
         assert_eq!(
             &kinds[kinds.len() - 2..],
             ["session.prune.requested", "session.pruned"]
@@ -236,13 +230,7 @@ fn permission_denied_on_one_session_does_not_stop_the_run() -> TestResult {
     );
     assert_eq!(root.engine.session(blocked)?.status, SessionStatus::Active);
     assert!(root.engine.layout().workspace(blocked).exists());
-    let kinds: Vec<String> = root
-        .engine
-        .store()
-        .read_stream(StreamId::Session(blocked))?
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds = root.stream_kinds(blocked)?;
     assert_eq!(
         kinds.last().map(String::as_str),
         Some("session.prune.failed")
@@ -337,13 +325,7 @@ fn delete_session_is_two_phase_and_complete() -> TestResult {
     let report = root.engine.delete_session(id, "user asked")?;
     assert_eq!(report.reclaimed_bytes, 2048);
     assert!(!root.engine.layout().workspace(id).exists());
-    let kinds: Vec<String> = root
-        .engine
-        .store()
-        .read_stream(StreamId::Session(id))?
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds = root.stream_kinds(id)?;
     assert_eq!(
         &kinds[kinds.len() - 2..],
         ["session.delete.requested", "session.deleted"]

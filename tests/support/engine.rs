@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sandlog_core::{ManualClock, Timestamp};
+use sandlog_core::{ManualClock, SessionId, StreamId, Timestamp};
 use sandlog_runtime::{Engine, EngineOptions};
 
 /// Where `python.wasm` and `quickjs.wasm` are: `$SANDLOG_RUNTIMES_DIR`, else
@@ -78,5 +78,16 @@ impl TestRoot {
     pub fn reopen(&mut self) -> Result<(), FixtureError> {
         self.engine = Engine::open(self.dir.path(), options(&self.clock))?;
         Ok(())
+    }
+
+    /// The kinds of `session_id`'s events, in stream order.
+    pub fn stream_kinds(&self, session_id: SessionId) -> Result<Vec<String>, FixtureError> {
+        Ok(self
+            .engine
+            .store()
+            .read_stream(StreamId::Session(session_id))?
+            .into_iter()
+            .map(|envelope| envelope.kind)
+            .collect())
     }
 }
