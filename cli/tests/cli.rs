@@ -44,6 +44,12 @@ fn json_success(command: &mut Command) -> Value {
     json(&command.assert().success().get_output().stdout)
 }
 
+/// Runs `command`, which must exit with `code`, and parses its stderr (the
+/// JSON error document) as JSON.
+fn json_failure(command: &mut Command, code: i32) -> Value {
+    json(&command.assert().code(code).get_output().stderr)
+}
+
 fn init() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -260,14 +266,11 @@ fn files_commands_work() -> TestResult {
 fn documented_exit_codes_for_bad_input() -> TestResult {
     let (dir, root) = init();
     let unknown = "550e8400-e29b-41d4-a716-446655440000";
-    let out = sandlog(&root)
-        .args(["--json", "session", "show", unknown])
-        .assert()
-        .code(3)
-        .get_output()
-        .stderr
-        .clone();
-    assert_eq!(json(&out)["error"]["kind"], "not_found");
+    let out = json_failure(
+        sandlog(&root).args(["--json", "session", "show", unknown]),
+        3,
+    );
+    assert_eq!(out["error"]["kind"], "not_found");
     sandlog(&root)
         .args(["session", "show", "not-a-uuid"])
         .assert()
@@ -277,14 +280,10 @@ fn documented_exit_codes_for_bad_input() -> TestResult {
         .assert()
         .code(2);
     let id = create(&root);
-    let out = sandlog(&root)
-        .args(["--json", "files", "cat", &id, "../../etc/passwd"])
-        .assert()
-        .code(1)
-        .get_output()
-        .stderr
-        .clone();
-    let error = json(&out);
+    let error = json_failure(
+        sandlog(&root).args(["--json", "files", "cat", &id, "../../etc/passwd"]),
+        1,
+    );
     assert_eq!(error["error"]["kind"], "invalid_path");
     assert!(
         error["error"]["message"].as_str().unwrap().contains(".."),
@@ -296,22 +295,10 @@ fn documented_exit_codes_for_bad_input() -> TestResult {
         .code(1)
         .stderr_has("absolute");
     let missing = dir.path().join("nope");
-    let out = sandlog(&missing)
-        .args(["--json", "session", "list"])
-        .assert()
-        .code(1)
-        .get_output()
-        .stderr
-        .clone();
-    assert_eq!(json(&out)["error"]["kind"], "root_missing");
-    let out = sandlog(&root)
-        .args(["--json", "session", "frobnicate"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stderr
-        .clone();
-    assert_eq!(json(&out)["error"]["kind"], "usage");
+    let out = json_failure(sandlog(&missing).args(["--json", "session", "list"]), 1);
+    assert_eq!(out["error"]["kind"], "root_missing");
+    let out = json_failure(sandlog(&root).args(["--json", "session", "frobnicate"]), 2);
+    assert_eq!(out["error"]["kind"], "usage");
     Ok(())
 }
 
