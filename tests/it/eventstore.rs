@@ -364,6 +364,15 @@ enum Expected {
 }
 
 impl Expected {
+    /// `Ok` if `verify` of `store` fails exactly as `self` says; otherwise
+    /// what it said instead.
+    fn check_verify(self, store: &EventStore) -> Result<(), String> {
+        match store.verify() {
+            Err(error) if self.matches(&error) => Ok(()),
+            result => Err(format!("expected {self:?}, verify said {result:?}")),
+        }
+    }
+
     fn matches(self, error: &EventStoreError) -> bool {
         match (self, error) {
             (
@@ -700,12 +709,8 @@ proptest! {
         temp.store.verify()?;
         let mut tamperer = temp.tamperer()?;
         let expected = apply_mutation(&mut tamperer, &log, &mutation)?;
-        let result = temp.store.verify();
-        let found = match &result {
-            Err(error) => expected.matches(error),
-            Ok(_) => false,
-        };
-        prop_assert!(found, "after {mutation:?} expected {expected:?}, verify said {result:?}");
+        let verdict = expected.check_verify(&temp.store);
+        prop_assert!(verdict.is_ok(), "after {mutation:?}: {verdict:?}");
     }
 
     /// Goal: a tamperer who rewrites the log and recomputes the chain, or
@@ -910,11 +915,8 @@ fn each_mutation_kind_is_found_at_the_first_middle_and_last_rows() -> TestResult
         let mut tamperer = temp.tamperer()?;
         let claimed = apply_mutation(&mut tamperer, &log, &mutation)?;
         assert_eq!(claimed, expected, "{mutation:?}");
-        let result = temp.store.verify();
-        assert!(
-            matches!(&result, Err(error) if expected.matches(error)),
-            "after {mutation:?} expected {expected:?}, verify said {result:?}"
-        );
+        let verdict = expected.check_verify(&temp.store);
+        assert!(verdict.is_ok(), "after {mutation:?}: {verdict:?}");
     }
     Ok(())
 }
@@ -998,10 +1000,10 @@ fn damage_across_verify_batches_is_found_at_the_first_bad_row() -> TestResult {
         let mut tamperer = temp.tamperer()?;
         apply_mutation(&mut tamperer, &log, &first)?;
         apply_mutation(&mut tamperer, &log, &second)?;
-        let result = temp.store.verify();
+        let verdict = expected.check_verify(&temp.store);
         assert!(
-            matches!(&result, Err(error) if expected.matches(error)),
-            "after {first:?} and {second:?} expected {expected:?}, verify said {result:?}"
+            verdict.is_ok(),
+            "after {first:?} and {second:?}: {verdict:?}"
         );
     }
     Ok(())
