@@ -267,20 +267,16 @@ fn host_file_operations_record_size_and_hash() -> TestResult {
         root.engine.read_file(id, &path("src/main.py"))?,
         b"print(43)\n"
     );
-    let top: Vec<String> = root
-        .engine
-        .list_files(id, Some("*.txt"))?
-        .into_iter()
-        .map(|f| f.path.to_string())
-        .collect();
-    assert_eq!(top, vec!["notes.txt"]);
-    let deep: Vec<String> = root
-        .engine
-        .list_files(id, Some("**/*.py"))?
-        .into_iter()
-        .map(|f| f.path.to_string())
-        .collect();
-    assert_eq!(deep, vec!["src/main.py"]);
+    let listed = |pattern| -> Result<Vec<String>, sandlog_runtime::RuntimeError> {
+        Ok(root
+            .engine
+            .list_files(id, Some(pattern))?
+            .into_iter()
+            .map(|f| f.path.to_string())
+            .collect())
+    };
+    assert_eq!(listed("*.txt")?, vec!["notes.txt"]);
+    assert_eq!(listed("**/*.py")?, vec!["src/main.py"]);
     // The guest runs the host-written file.
     assert_eq!(
         root.engine
