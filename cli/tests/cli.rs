@@ -39,6 +39,12 @@ fn json(output: &[u8]) -> Value {
         .unwrap_or_else(|error| panic!("not JSON ({error}): {}", String::from_utf8_lossy(output)))
 }
 
+/// Runs `command`, which must succeed, and returns its stdout as text.
+fn text_success(command: &mut Command) -> String {
+    String::from_utf8(command.assert().success().get_output().stdout.clone())
+        .unwrap_or_else(|error| panic!("stdout is not UTF-8: {error}"))
+}
+
 /// Runs `command`, which must succeed, and parses its stdout as JSON.
 fn json_success(command: &mut Command) -> Value {
     json(&command.assert().success().get_output().stdout)
@@ -125,14 +131,8 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
     let list =
         json_success(sandlog(&root).args(["--json", "session", "list", "--status", "active"]));
     assert_eq!(list.as_array().unwrap().len(), 1);
-    let human = sandlog(&root)
-        .args(["session", "list"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    assert!(String::from_utf8(human)?.contains(&id));
+    let human = text_success(sandlog(&root).args(["session", "list"]));
+    assert!(human.contains(&id));
     let timeline = json_success(sandlog(&root).args(["--json", "session", "timeline", &id]));
     assert_eq!(timeline[0]["kind"], "session.created");
     sandlog(&root)
@@ -360,27 +360,13 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
         .write_stdin("x")
         .assert()
         .success();
-    let lines = sandlog(&root)
-        .args(["--json", "log", "--session", &id])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let events: Vec<Value> = String::from_utf8(lines)?
-        .lines()
-        .map(|line| json(line.as_bytes()))
-        .collect();
+    let lines = text_success(sandlog(&root).args(["--json", "log", "--session", &id]));
+    let events: Vec<Value> = lines.lines().map(|line| json(line.as_bytes())).collect();
     assert_eq!(events.len(), 2);
     assert_eq!(events[1]["kind"], "file.written");
-    let kinds = sandlog(&root)
-        .args(["--json", "log", "--kind", "file.*", "--limit", "1"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    assert_eq!(String::from_utf8(kinds)?.lines().count(), 1);
+    let kinds =
+        text_success(sandlog(&root).args(["--json", "log", "--kind", "file.*", "--limit", "1"]));
+    assert_eq!(kinds.lines().count(), 1);
     let then =
         json_success(sandlog(&root).args(["--json", "replay", "--at", "1", "--session", &id]));
     assert_eq!(then["files"], 0);
@@ -444,15 +430,7 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
             "escape code in {args:?} stderr"
         );
     }
-    let help = String::from_utf8(
-        Command::cargo_bin("sandlog")?
-            .arg("--help")
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone(),
-    )?;
+    let help = text_success(Command::cargo_bin("sandlog")?.arg("--help"));
     for command in [
         "init",
         "session",
@@ -470,15 +448,7 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
     ] {
         assert!(help.contains(command), "--help does not mention {command}");
     }
-    let prune_help = String::from_utf8(
-        Command::cargo_bin("sandlog")?
-            .args(["prune", "--help"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone(),
-    )?;
+    let prune_help = text_success(Command::cargo_bin("sandlog")?.args(["prune", "--help"]));
     for flag in [
         "--older-than",
         "--dry-run",
