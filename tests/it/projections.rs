@@ -1308,10 +1308,11 @@ fn long_life(index: usize, session_id: SessionId) -> TestResult<Vec<sandlog_core
 /// exact when another process appends (and, through its own hook, folds)
 /// while the rebuild runs (C2). Method: ~64,000 events of 9,000 generated
 /// sessions, then more events for the first 200 sessions at the end of the
-/// log; rebuild while a second store with the read models installed keeps
-/// appending (where its appends fall between the rebuild's chunks is up to
-/// the scheduler); compare with the in-memory fold. The writer's page cache
-/// is its usual size again afterwards.
+/// log; rebuild alone (it folds every event itself); then rebuild again
+/// while a second store with the read models installed keeps appending
+/// (where its appends fall between the rebuild's chunks is up to the
+/// scheduler); compare each with the in-memory fold. The writer's page
+/// cache is its usual size again afterwards.
 #[test]
 fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> TestResult {
     const SESSIONS: usize = 9_000;
@@ -1349,6 +1350,12 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
         })
     };
     let usual_cache_size = cache_size(&harness.store)?;
+    assert_eq!(rebuild(&harness.store)?, appended);
+    assert_eq!(
+        assert_read_model_matches_fold(&harness)?.position,
+        Position(appended)
+    );
+
     let other = harness.open_with_read_model()?;
     let done = std::sync::atomic::AtomicBool::new(false);
     let late = std::thread::scope(|scope| -> TestResult<u64> {
@@ -1370,9 +1377,11 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
         let rebuilt = rebuild(&harness.store);
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         let late = writer.join().map_err(|_| "the writer thread panicked")??;
-        // Some events may have been folded by the other store's hook
-        // instead: the rebuild counts only what it folded itself.
-        assert!(rebuilt? > 0);
+        // The rebuild counts only what it folded itself: an append landing
+        // right after the rebuild dropped the tables finds its hook's read
+        // model behind and folds the whole log in its own transaction, and
+        // the rebuild then has nothing left to fold (CI saw 0 once).
+        assert!(rebuilt? <= appended + late);
         Ok(late)
     })?;
     let state = assert_read_model_matches_fold(&harness)?;
