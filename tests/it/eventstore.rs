@@ -2472,3 +2472,28 @@ fn durability_full_is_the_default_and_normal_opens_and_works() -> TestResult {
     assert_eq!(normal.store.verify()?.events, 10);
     Ok(())
 }
+
+/// Goal: the bundled SQLite is built with the workspace's flags
+/// (`.cargo/config.toml`): every connection keeps its own page cache, with
+/// no global lock between a rebuild's (or a verify's) two threads, and
+/// allocations are not counted under another one. Method: the compile
+/// options of a real connection.
+#[test]
+fn sqlite_is_built_without_global_page_cache_and_allocation_locks() -> TestResult {
+    let connection = Connection::open_in_memory()?;
+    let options = connection
+        .prepare("PRAGMA compile_options")?
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    assert!(
+        !options
+            .iter()
+            .any(|option| option == "ENABLE_MEMORY_MANAGEMENT"),
+        "{options:?}"
+    );
+    assert!(
+        options.iter().any(|option| option == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+    Ok(())
+}
