@@ -6,8 +6,9 @@
 //!
 //! Sizes come from the environment, with the issue's sizes as defaults:
 //! `SANDLOG_BENCH_EVENTS` (1,000,000: the big log),
-//! `SANDLOG_BENCH_SMALL_EVENTS` (250,000: the log the memory is compared
-//! with), `SANDLOG_BENCH_EVENTS_PER_SESSION` (10, so 100,000 sessions in the
+//! `SANDLOG_BENCH_SMALL_EVENTS` (250,000), `SANDLOG_BENCH_HUGE_EVENTS`
+//! (2,000,000: the log the big one's rebuild memory is compared with; 0
+//! skips it), `SANDLOG_BENCH_EVENTS_PER_SESSION` (10, so 100,000 sessions in the
 //! big log), `SANDLOG_BENCH_RUNS` (9: runs per latency median) and
 //! `SANDLOG_BENCH_LOOKUPS` (10,000 session lookups). `SANDLOG_BENCH_DIR`
 //! keeps the log there instead of in a temporary directory; with
@@ -29,7 +30,9 @@
 //! session's life in one append. It is rebuilt at the small size and
 //! again, extended, at the big one, each time in a fresh child process so
 //! the peak RSS is the rebuild's own, and each time after an untimed
-//! rebuild, so both measured rebuilds replace read models of their own log.
+//! rebuild, so every measured rebuild replaces read models of its own log.
+//! After the queries (on the big log), the log is extended to the huge
+//! size and rebuilt once more, for the memory alone.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +56,10 @@ const LOG_SPAN_DAYS: u32 = 100;
 const REBUILD_EVENTS_PER_SECOND_MIN: f64 = 500_000.0;
 const PRUNE_QUERY_MS_MAX: f64 = 20.0;
 const LOOKUP_US_MAX: f64 = 50.0;
+
+/// Peak-memory growth allowed when the log doubles: "does not grow with
+/// the log's length", with room for the noise of one heap high-water mark.
+const MEMORY_GROWTH_MAX: f64 = 1.10;
 
 fn env_usize(name: &str, default: usize) -> TestResult<usize> {
     match std::env::var(name) {
@@ -161,6 +168,7 @@ impl Generator {
     /// per session rather than per event or half-life: an append costs
     /// about a millisecond on a VM disk, and the log must be built fast.)
     fn extend_to(&mut self, sessions_target: usize) -> TestResult {
+        let started = Instant::now();
         while self.sessions.len() < sessions_target {
             let first_index = self.sessions.len();
             let wave_len = WAVE_SESSIONS.min(sessions_target - first_index);
@@ -188,6 +196,11 @@ impl Generator {
             self.sessions.extend(wave);
             self.clock.advance(self.wave_step);
         }
+        eprintln!(
+            "log extended to {} events in {:.1?}",
+            self.events,
+            started.elapsed()
+        );
         Ok(())
     }
 }
@@ -383,6 +396,7 @@ fn main() -> TestResult {
     }
     let events_big = env_usize("SANDLOG_BENCH_EVENTS", 1_000_000)?;
     let events_small = env_usize("SANDLOG_BENCH_SMALL_EVENTS", 250_000)?;
+    let events_huge = env_usize("SANDLOG_BENCH_HUGE_EVENTS", 2_000_000)?;
     let events_per_session = env_usize("SANDLOG_BENCH_EVENTS_PER_SESSION", 10)?.max(1);
     let runs = env_usize("SANDLOG_BENCH_RUNS", 9)?.max(1);
     let lookups = env_usize("SANDLOG_BENCH_LOOKUPS", 10_000)?.max(1);
@@ -403,6 +417,7 @@ fn main() -> TestResult {
     let mut rows = Vec::new();
 
     let mut rebuilds = Vec::new();
+    let mut generator = None;
     if reuse && log_path.exists() {
         // A log from an earlier run: rebuild and query it as it is.
         rebuilds.push(timed_rebuild(&log_path)?);
@@ -411,23 +426,12 @@ fn main() -> TestResult {
         // again when it holds the big one, each time by a fresh process.
         let sessions_big = (events_big / events_per_session).max(1);
         let sessions_small = (events_small / events_per_session).clamp(1, sessions_big);
-        let mut generator = Generator::new(&log_path, sessions_big)?;
+        let mut generator_for_huge = Generator::new(&log_path, sessions_big)?;
         for sessions_target in [sessions_small, sessions_big] {
-            let started = Instant::now();
-            generator.extend_to(sessions_target)?;
-            eprintln!(
-                "log extended to {} events in {:.1?}",
-                generator.events,
-                started.elapsed()
-            );
-            // An untimed rebuild first, so the measured one starts where a
-            // user's does: from read models of this very log, which it drops.
-            // (Measured straight after generation, the small log had no read
-            // model to drop and the big one had the small log's: the peak
-            // memory then compared different amounts of dropping.)
-            timed_rebuild(&log_path)?;
-            rebuilds.push(timed_rebuild(&log_path)?);
+            generator_for_huge.extend_to(sessions_target)?;
+            rebuilds.push(measured_rebuild(&log_path)?);
         }
+        generator = Some(generator_for_huge);
     }
 
     for figures in &rebuilds {
@@ -450,31 +454,6 @@ fn main() -> TestResult {
             verdict: verdict(rate >= REBUILD_EVENTS_PER_SECOND_MIN),
         });
     }
-    for figures in &rebuilds {
-        rows.push(Row {
-            measure: "rebuild peak RSS (over RSS after open)".into(),
-            size: format!("{} events", figures.events),
-            value: format!(
-                "{:.1} MiB (peak {:.1} MiB)",
-                figures.peak_delta_kib() as f64 / 1024.0,
-                figures.peak_kib as f64 / 1024.0
-            ),
-            target: "flat in log length".into(),
-            verdict: "",
-        });
-    }
-    if let [small, big] = rebuilds.as_slice() {
-        let log_growth = big.events as f64 / small.events.max(1) as f64;
-        let memory_growth = big.peak_delta_kib() as f64 / small.peak_delta_kib().max(1) as f64;
-        rows.push(Row {
-            measure: "rebuild peak RSS growth".into(),
-            size: format!("log x{log_growth:.1}"),
-            value: format!("memory x{memory_growth:.2}"),
-            target: "x <= 1.25".into(),
-            verdict: verdict(memory_growth <= 1.25),
-        });
-    }
-
     let store = EventStore::open(&log_path, OpenOptions::default())?;
     // The sessions and the generator's clock, recomputed from the read
     // model: waves of WAVE_SESSIONS, one wave step apart, the clock one step
@@ -566,6 +545,63 @@ fn main() -> TestResult {
         verdict: verdict(us <= LOOKUP_US_MAX),
     });
 
+    drop(store);
+
+    // The memory of a rebuild rises while SQLite's page caches and the
+    // reader's batches in flight fill to their caps (about the first
+    // 250,000 events), then stays flat: so it is judged on the big log
+    // against one twice as long, made by extending it.
+    if let Some(mut generator) = generator.filter(|_| events_huge > events_big) {
+        generator.extend_to((events_huge / events_per_session).max(1))?;
+        rebuilds.push(measured_rebuild(&log_path)?);
+    }
+    for figures in &rebuilds {
+        rows.push(Row {
+            measure: "rebuild peak RSS (over RSS after open)".into(),
+            size: format!("{} events", figures.events),
+            value: format!(
+                "{:.1} MiB (peak {:.1} MiB)",
+                figures.peak_delta_kib() as f64 / 1024.0,
+                figures.peak_kib as f64 / 1024.0
+            ),
+            target: "flat in log length".into(),
+            verdict: "",
+        });
+    }
+    let judged = rebuilds.len().saturating_sub(2);
+    for (index, pair) in rebuilds.windows(2).enumerate() {
+        let [small, big] = pair else { continue };
+        let log_growth = big.events as f64 / small.events.max(1) as f64;
+        let memory_growth = big.peak_delta_kib() as f64 / small.peak_delta_kib().max(1) as f64;
+        let (target, verdict) = match index == judged {
+            true => (
+                format!("x <= {MEMORY_GROWTH_MAX}"),
+                verdict(memory_growth <= MEMORY_GROWTH_MAX),
+            ),
+            false => ("(caches filling)".to_owned(), ""),
+        };
+        rows.push(Row {
+            measure: "rebuild peak RSS growth".into(),
+            size: format!(
+                "{} -> {} events (log x{log_growth:.1})",
+                small.events, big.events
+            ),
+            value: format!("memory x{memory_growth:.2}"),
+            target,
+            verdict,
+        });
+    }
+
     print_table(&rows);
     Ok(())
+}
+
+/// A rebuild of the log at `path` as a user's starts: from read models of
+/// this very log, which it drops. (Measured straight after generation, a
+/// log had no read model, or a shorter log's, to drop: the peak memory
+/// then compared different amounts of dropping.) So an untimed rebuild
+/// first, then the measured one.
+fn measured_rebuild(path: &std::path::Path) -> TestResult<RebuildFigures> {
+    timed_rebuild(path)?;
+    timed_rebuild(path)
 }
