@@ -44,9 +44,10 @@ use crate::state::{
 /// `rm_files` is keyed by it (see the schema).
 pub const READ_MODEL_VERSION: i64 = 3;
 
-/// Events folded per transaction during catch-up and rebuild. Bounds the
-/// memory of the partial state (it is flushed and cleared per chunk) and how
-/// long other writers wait for the write lock.
+/// Events folded per chunk during catch-up and rebuild. Bounds the memory
+/// of the partial state (it is flushed and cleared per chunk) and, for a
+/// catch-up (one transaction per chunk), how long other writers wait for
+/// the write lock; a rebuild is one transaction of many chunks.
 pub const CATCH_UP_CHUNK_EVENTS: usize = 50_000;
 
 const SCHEMA: &str = r#"
