@@ -1382,8 +1382,9 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
             }
             Ok(queries)
         });
-        // Appends until the rebuild is over, so appends (and the other
-        // store's hook folding them) land between the rebuild's chunks.
+        // Appends until the rebuild is over: appends (and the other
+        // store's hook folding them) land before the rebuild takes the
+        // write lock and after it commits, never inside.
         let writer = scope.spawn(|| -> TestResult<u64> {
             let mut late = 0u64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) || late < 10 {
