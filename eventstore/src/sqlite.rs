@@ -34,10 +34,13 @@ pub const APPLICATION_ID: i64 = 0x536E_4C67;
 pub const SCHEMA_VERSION: i64 = 1;
 
 /// How long a writer waits for another process's write lock before failing
-/// with `SQLITE_BUSY`. Appends hold the lock for milliseconds; five seconds
-/// covers a long hook (a rebuild) in another process without hanging
-/// forever.
-pub const BUSY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
+/// read-model rebuild holds it throughout (one transaction: about 1.5 s per
+/// million events on a 2-core VM), and a writer that gives up leaves
+/// unrecorded something that already happened (an execution that ran, a
+/// file written). A minute covers rebuilds of tens of millions of events
+/// and still fails, rather than hanging, behind a stuck process.
+pub const BUSY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 
 /// Prepared statements kept per connection: every statement the store runs,
 /// plus room for the read models'.

@@ -59,6 +59,39 @@ fn print_one_runs_and_is_recorded() -> TestResult {
     Ok(())
 }
 
+/// X2: an execution is recorded even when another process holds the log's
+/// write lock far longer than an append does (a read-model rebuild holds it
+/// throughout): the engine waits instead of failing with `busy` and leaving
+/// a run that happened unrecorded. Method: a plain SQLite connection holds
+/// `BEGIN IMMEDIATE` for 6 s (SQLite's usual busy timeouts are 5 s) while
+/// the engine runs code that writes a file.
+#[test]
+fn an_execution_waits_out_a_long_write_lock_and_is_recorded() -> TestResult {
+    const HELD: Duration = Duration::from_secs(6);
+    let root = TestRoot::new()?;
+    let session = root.engine.create_session(BTreeMap::new())?;
+    let blocker = rusqlite::Connection::open(&root.engine.layout().database)?;
+    blocker.execute_batch("BEGIN IMMEDIATE")?;
+    let started = std::time::Instant::now();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(HELD);
+        blocker.execute_batch("COMMIT")
+    });
+    let run = root.engine.execute(
+        session.session_id,
+        &ExecRequest::python("open('out.txt', 'w').write('x')"),
+    )?;
+    assert!(started.elapsed() >= HELD, "{:?}", started.elapsed());
+    releaser.join().map_err(|_| "the lock holder panicked")??;
+    assert_eq!(run.outcome, Outcome::Ok);
+    assert_eq!(run.files_written, vec![path("out.txt")]);
+    assert_eq!(
+        root.stream_kinds(session.session_id)?,
+        vec!["session.created", "session.executed", "file.written"]
+    );
+    Ok(())
+}
+
 /// S3, X2: a file written in one execution is read in the next; the
 /// guest's write is a `file.written` event in the same append (same
 /// `recorded_at`, consecutive positions) as `session.executed`.
