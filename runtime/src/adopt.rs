@@ -6,10 +6,14 @@
 //! the session's timestamps, and the metadata file leaves the workspace so
 //! no guest ever sees it (M3). Without valid metadata the session is
 //! recorded as legacy: it keeps working and is never pruned; a corrupted
-//! file is kept as evidence under `<root>/evidence/`. Every file found
+//! file is kept as evidence under `<root>/evidence/`. Metadata that parses
+//! but cannot be true (`updated_at` before `created_at`, or in the future
+//! beyond [`ADOPTED_CLOCK_SKEW_MAX`]) is corrupted: the seeds let guests
+//! rewrite it. Every file found
 //! becomes a `file.written` event so the files projection is complete.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sandlog_core::event::{Event, FileWritten, MetadataStatus, SessionAdopted, WrittenBy};
 use sandlog_core::{NewEvent, SessionId, Timestamp, WorkspacePath};
@@ -49,38 +53,51 @@ struct SeedMetadata {
     version: u32,
 }
 
+/// How far in the future (by this engine's clock) an adopted timestamp may
+/// lie and still be taken: the clocks of the host that wrote it and of this
+/// one can disagree by that much. Later than that, the metadata is
+/// corrupted, not trusted: the seeds let guest code rewrite its own
+/// `.metadata.json`, and an `updated_at` years ahead would keep a session
+/// from ever being old enough to prune while looking valid.
+pub const ADOPTED_CLOCK_SKEW_MAX: Duration = Duration::from_secs(5 * 60);
+
 /// Reads and validates seed metadata: the file must parse, name this
-/// session, be version 1, and carry two valid timestamps.
+/// session, be version 1, and carry two valid timestamps, `created_at` no
+/// later than `updated_at`, neither beyond `now` by more than
+/// [`ADOPTED_CLOCK_SKEW_MAX`]. Corrupted metadata comes with the reason.
 fn read_seed_metadata(
     path: &Path,
     session_id: SessionId,
-) -> (MetadataStatus, Option<(Timestamp, Timestamp)>) {
+    now: Timestamp,
+) -> std::result::Result<Option<(Timestamp, Timestamp)>, &'static str> {
     let metadata = match std::fs::symlink_metadata(path) {
-        Err(_) => return (MetadataStatus::Missing, None),
+        Err(_) => return Ok(None),
         Ok(metadata) => metadata,
     };
-    if !metadata.is_file() || metadata.len() > SEED_METADATA_BYTES_MAX {
-        return (MetadataStatus::Corrupted, None);
+    if !metadata.is_file() {
+        return Err("not a regular file");
     }
-    let parsed = std::fs::read(path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<SeedMetadata>(&bytes).ok())
-        .filter(|seed| {
-            seed.version == 1 && SessionId::parse(&seed.session_id).ok() == Some(session_id)
-        })
-        .and_then(|seed| {
-            Some((
-                Timestamp::parse(&seed.created_at).ok()?,
-                Timestamp::parse(&seed.updated_at).ok()?,
-            ))
-        });
-    match parsed {
-        Some((created_at, updated_at)) => (
-            MetadataStatus::Ok,
-            Some((created_at, updated_at.max(created_at))),
-        ),
-        None => (MetadataStatus::Corrupted, None),
+    if metadata.len() > SEED_METADATA_BYTES_MAX {
+        return Err("larger than SEED_METADATA_BYTES_MAX");
     }
+    let bytes = std::fs::read(path).map_err(|_| "unreadable")?;
+    let seed: SeedMetadata =
+        serde_json::from_slice(&bytes).map_err(|_| "not seed metadata JSON")?;
+    if seed.version != 1 {
+        return Err("version is not 1");
+    }
+    if SessionId::parse(&seed.session_id).ok() != Some(session_id) {
+        return Err("session_id names another session");
+    }
+    let created_at = Timestamp::parse(&seed.created_at).map_err(|_| "created_at is not a time")?;
+    let updated_at = Timestamp::parse(&seed.updated_at).map_err(|_| "updated_at is not a time")?;
+    if updated_at < created_at {
+        return Err("updated_at is before created_at");
+    }
+    if updated_at > now.saturating_add(ADOPTED_CLOCK_SKEW_MAX) {
+        return Err("updated_at is in the future");
+    }
+    Ok(Some((created_at, updated_at)))
 }
 
 /// Moves a directory, across filesystems if need be (copy, then remove).
@@ -160,7 +177,18 @@ impl Engine {
     ) -> Result<MetadataStatus> {
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
-        let (status, timestamps) = read_seed_metadata(&metadata_path, session_id);
+        let (status, timestamps) = match read_seed_metadata(
+            &metadata_path,
+            session_id,
+            self.options.clock.now(),
+        ) {
+            Ok(Some(timestamps)) => (MetadataStatus::Ok, Some(timestamps)),
+            Ok(None) => (MetadataStatus::Missing, None),
+            Err(reason) => {
+                tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "adopted metadata is corrupted; the session is legacy");
+                (MetadataStatus::Corrupted, None)
+            }
+        };
         if !in_place {
             if target.exists() {
                 return Err(RuntimeError::Io {

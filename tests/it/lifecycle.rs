@@ -111,28 +111,55 @@ fn write_seed(dir: &Path, id: SessionId, metadata: Option<&str>) -> std::io::Res
 /// rest as legacy, keeps corrupted metadata as evidence outside the
 /// workspace, and takes `.metadata.json` out of every workspace; with
 /// `older_than = 0` the legacy sessions are skipped (listed, not deleted)
-/// while the valid one is pruned.
+/// while the valid one is pruned. Metadata that parses but cannot be true
+/// is corrupted too: `updated_at` before `created_at`, or later than the
+/// engine's clock by more than `ADOPTED_CLOCK_SKEW_MAX` (one minute ahead
+/// is taken as clock skew).
 #[test]
 fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
-    let root = TestRoot::new()?;
+    let root = TestRoot::new()?; // clock: 2025-11-22T10:00:00Z
     let seeds = tempfile::tempdir()?;
     let valid = SessionId::new_v4();
+    let skewed = SessionId::new_v4();
     let missing = SessionId::new_v4();
     let corrupted = SessionId::new_v4();
-    write_seed(
-        seeds.path(),
-        valid,
-        Some(&format!(
-            r#"{{"session_id":"{valid}","created_at":"2025-11-01T10:00:00.000000Z","updated_at":"2025-11-02T10:00:00.123456+00:00","version":1}}"#
-        )),
-    )?;
+    let future = SessionId::new_v4();
+    let reversed = SessionId::new_v4();
+    let seed_metadata = |id: SessionId, created_at: &str, updated_at: &str| {
+        format!(
+            r#"{{"session_id":"{id}","created_at":"{created_at}","updated_at":"{updated_at}","version":1}}"#
+        )
+    };
+    for (id, created_at, updated_at) in [
+        (
+            valid,
+            "2025-11-01T10:00:00.000000Z",
+            "2025-11-02T10:00:00.123456+00:00",
+        ),
+        (skewed, "2025-11-01T10:00:00Z", "2025-11-22T10:01:00Z"),
+        (future, "2025-11-01T10:00:00Z", "2030-01-01T00:00:00Z"),
+        (reversed, "2025-11-02T10:00:00Z", "2025-11-01T10:00:00Z"),
+    ] {
+        write_seed(
+            seeds.path(),
+            id,
+            Some(&seed_metadata(id, created_at, updated_at)),
+        )?;
+    }
     write_seed(seeds.path(), missing, None)?;
     write_seed(seeds.path(), corrupted, Some("{ not json"))?;
     std::fs::create_dir(seeds.path().join("not-a-session"))?;
     let report = root.engine.adopt(seeds.path(), NO_PROGRESS)?;
-    assert_eq!(report.adopted, vec![valid]);
+    let sorted = |mut ids: Vec<SessionId>| {
+        ids.sort();
+        ids
+    };
+    assert_eq!(sorted(report.adopted.clone()), sorted(vec![valid, skewed]));
     assert_eq!(report.legacy, vec![missing]);
-    assert_eq!(report.corrupted, vec![corrupted]);
+    assert_eq!(
+        sorted(report.corrupted.clone()),
+        sorted(vec![corrupted, future, reversed])
+    );
     assert_eq!(report.skipped.len(), 1);
     assert!(seeds.path().join("not-a-session").exists());
 
@@ -146,7 +173,7 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
         "2025-11-02T10:00:00.123456Z"
     );
     assert_eq!(adopted.file_count, 1);
-    for id in [valid, missing, corrupted] {
+    for id in [valid, skewed, missing, corrupted, future, reversed] {
         let workspace = root.engine.layout().workspace(id);
         assert!(workspace.join("sub/file.txt").exists());
         assert!(
@@ -154,14 +181,16 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
             "metadata must leave the workspace (M3)"
         );
     }
-    assert!(
-        root.engine
-            .layout()
-            .evidence
-            .join(format!("{corrupted}.metadata.json"))
-            .exists()
-    );
-    for id in [missing, corrupted] {
+    for id in [corrupted, future, reversed] {
+        assert!(
+            root.engine
+                .layout()
+                .evidence
+                .join(format!("{id}.metadata.json"))
+                .exists()
+        );
+    }
+    for id in [missing, corrupted, future, reversed] {
         let session = root.engine.session(id)?;
         assert!(session.legacy);
         assert_eq!(session.created_at, None);
@@ -178,13 +207,17 @@ fn adopted_legacy_sessions_are_skipped_even_at_zero_threshold() -> TestResult {
     let report = root
         .engine
         .prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
-    assert_eq!(report.deleted_sessions, vec![valid]);
-    let mut skipped = report.skipped_sessions.clone();
-    skipped.sort();
-    let mut expected = vec![missing, corrupted];
-    expected.sort();
-    assert_eq!(skipped, expected);
-    for id in [missing, corrupted] {
+    // The skewed session's age counts as zero (its `updated_at` is still a
+    // minute ahead): a zero threshold takes it.
+    assert_eq!(
+        sorted(report.deleted_sessions.clone()),
+        sorted(vec![valid, skewed])
+    );
+    assert_eq!(
+        sorted(report.skipped_sessions.clone()),
+        sorted(vec![missing, corrupted, future, reversed])
+    );
+    for id in [missing, corrupted, future, reversed] {
         assert!(root.engine.layout().workspace(id).exists());
     }
     Ok(())
