@@ -1,5 +1,5 @@
 //! Every limit the sandbox enforces: named defaults, hard maxima, the
-//! per-run [`ExecLimits`], and the store's [`GuestLimiter`].
+//! per-run [`ExecLimits`], and the store's `GuestLimiter`.
 //!
 //! Units are suffixes (`_bytes`, `_ms`). Each `*_DEFAULT` is what a run gets
 //! unless the caller overrides it; each `*_MAX` is a ceiling no request may
