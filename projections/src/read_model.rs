@@ -754,16 +754,20 @@ pub struct CatchUpReport {
     pub rebuilt: bool,
 }
 
+/// Whether a checkpoint (see [`checkpoint`]) is of read models of the
+/// current shape.
+fn is_current(found: Option<(Position, i64)>) -> bool {
+    matches!(found, Some((_, version)) if version == READ_MODEL_VERSION)
+}
+
 /// Creates the read-model tables if needed (rebuilding them if their
 /// version changed), catches them up with the log, and installs the hook
 /// that keeps them in step with every later append.
 pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
     let mut report = CatchUpReport::default();
-    let is_current = |connection: &Connection| -> Result<bool> {
-        Ok(matches!(checkpoint(connection)?, Some((_, version)) if version == READ_MODEL_VERSION))
-    };
-    if !store.with_reader(is_current)? {
-        if let Some((_, version)) = store.with_reader(checkpoint)? {
+    let found = store.with_reader(checkpoint)?;
+    if !is_current(found) {
+        if let Some((_, version)) = found {
             tracing::info!(
                 found = version,
                 wanted = READ_MODEL_VERSION,
@@ -772,7 +776,9 @@ pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
         }
         // Checked again under the write lock: another process opening the
         // same store may have rebuilt it meanwhile.
-        if let Some(events) = rebuild_unless(store, is_current)? {
+        if let Some(events) =
+            rebuild_unless(store, |connection| Ok(is_current(checkpoint(connection)?)))?
+        {
             report.rebuilt = true;
             report.events = events;
         }
@@ -1024,21 +1030,19 @@ fn rebuild_unless(
     store: &EventStore,
     done: impl FnOnce(&Connection) -> Result<bool>,
 ) -> Result<Option<u64>> {
-    with_rebuild_cache(store, || {
-        store.with_write_transaction(|transaction| {
-            if done(transaction)? {
-                return Ok(None);
-            }
-            reset(transaction)?;
-            // The write lock is held: the head cannot move meanwhile.
-            if store.head()?.position.0 < PIPELINED_CATCH_UP_EVENTS_MIN {
-                return catch_up_in(transaction).map(Some);
-            }
-            let (folded, _) = with_decoded_events(store, Position::ZERO, |events| {
-                fold_decoded(transaction, events, Position::ZERO, None)
-            })?;
-            Ok(Some(folded))
-        })
+    store.with_write_transaction(|transaction| {
+        if done(transaction)? {
+            return Ok(None);
+        }
+        // The page cache belongs to the connection, not the transaction:
+        // set for the refold, and given back afterwards, failed or not.
+        let usual: i64 = transaction.query_row("PRAGMA cache_size", [], |row| row.get(0))?;
+        transaction.execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}"))?;
+        let refolded = refold(store, transaction);
+        let restored = transaction.execute_batch(&format!("PRAGMA cache_size = {usual}"));
+        let refolded = refolded?;
+        restored?;
+        Ok(Some(refolded))
     })
 }
 
@@ -1050,23 +1054,17 @@ fn rebuild_unless(
 /// grow with the size of the read model it replaced, up to that cap.
 const REBUILD_CACHE_KIB: i64 = 8 * 1024;
 
-/// Runs `rebuild` with the writer's page cache at [`REBUILD_CACHE_KIB`],
-/// and restores the size it had afterwards, failed or not.
-fn with_rebuild_cache<T>(store: &EventStore, rebuild: impl FnOnce() -> Result<T>) -> Result<T> {
-    let usual: i64 = store.with_write_transaction(|transaction| -> Result<i64> {
-        let usual = transaction.query_row("PRAGMA cache_size", [], |row| row.get(0))?;
-        transaction.execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}"))?;
-        Ok(usual)
+/// Drops the read models and folds the whole log into new ones, in
+/// `transaction` (which holds the write lock: the head cannot move).
+fn refold(store: &EventStore, transaction: &Connection) -> Result<u64> {
+    reset(transaction)?;
+    if store.head()?.position.0 < PIPELINED_CATCH_UP_EVENTS_MIN {
+        return catch_up_in(transaction);
+    }
+    let (folded, _) = with_decoded_events(store, Position::ZERO, |events| {
+        fold_decoded(transaction, events, Position::ZERO, None)
     })?;
-    let rebuilt = rebuild();
-    let restored = store.with_write_transaction(|transaction| {
-        transaction
-            .execute_batch(&format!("PRAGMA cache_size = {usual}"))
-            .map_err(ProjectionError::from)
-    });
-    let rebuilt = rebuilt?;
-    restored?;
-    Ok(rebuilt)
+    Ok(folded)
 }
 
 /// The checkpoint: the position of the last event the read models folded.
