@@ -18,6 +18,7 @@ pub mod event;
 pub mod human;
 pub mod ids;
 pub mod limits;
+pub mod merkle;
 pub mod path;
 pub mod policy;
 pub mod time;
