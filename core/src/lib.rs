@@ -19,6 +19,7 @@ pub mod human;
 pub mod ids;
 pub mod limits;
 pub mod merkle;
+pub mod note;
 pub mod path;
 pub mod policy;
 pub mod time;

@@ -153,7 +153,7 @@ pub fn range_hash<S: NodeSource>(source: &S, start: u64, end: u64) -> Result<Mer
         }
         .into());
     }
-    if length.is_power_of_two() && start % length == 0 {
+    if length.is_power_of_two() && start.is_multiple_of(length) {
         let level = length.trailing_zeros() as u8;
         return source.node(NodeId {
             level,
