@@ -279,11 +279,18 @@ impl EventStore {
                 prev_hash = hash;
             }
         }
+        // The tree grows in the same transaction: it always covers the log.
+        let mut frontier = match self.frontier.take_if(head.position.0) {
+            Some(frontier) => frontier,
+            None => crate::merkle::load_frontier(&transaction, head.position.0)?,
+        };
+        crate::merkle::append_leaves(&transaction, &mut frontier, &envelopes)?;
         if let Some(hook) = &self.hook {
             hook.after_append(&transaction, &envelopes)
                 .map_err(EventStoreError::Hook)?;
         }
         self.commit(transaction)?;
+        self.frontier.put(frontier);
         Ok(envelopes)
     }
 }

@@ -159,6 +159,17 @@ pub enum EventStoreError {
         /// The error.
         source: std::io::Error,
     },
+    /// The stored Merkle tree does not match the events (a node changed,
+    /// missing or extra): rebuild it from the events, which `verify`
+    /// checks on their own.
+    #[error("the Merkle tree is damaged: {reason}")]
+    MerkleDamaged {
+        /// What differs.
+        reason: String,
+    },
+    /// A proof asked for sizes or positions the log does not have.
+    #[error("{0}")]
+    Merkle(sandlog_core::merkle::MerkleError),
 }
 
 impl EventStoreError {
@@ -181,6 +192,8 @@ impl EventStoreError {
             Self::Sqlite(error) if is_busy(error) => "busy",
             Self::Sqlite(_) => "database",
             Self::Io { .. } => "io",
+            Self::MerkleDamaged { .. } => "integrity",
+            Self::Merkle(_) => "invalid",
         }
     }
 
@@ -196,7 +209,10 @@ impl EventStoreError {
     pub fn is_integrity(&self) -> bool {
         matches!(
             self,
-            Self::ChainBroken { .. } | Self::BlobCorrupt { .. } | Self::Corrupt { .. }
+            Self::ChainBroken { .. }
+                | Self::BlobCorrupt { .. }
+                | Self::Corrupt { .. }
+                | Self::MerkleDamaged { .. }
         )
     }
 }

@@ -17,6 +17,8 @@
 //! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
 //! * [`blobs`]: [`EventStore::put_blob`], [`EventStore::get_blob`].
+//! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
+//!   inclusion and consistency proofs.
 //! * [`backend`]: the [`Backend`] trait a second backend (PostgreSQL) will
 //!   implement.
 
@@ -25,6 +27,7 @@ pub mod backend;
 pub mod blobs;
 pub mod chain;
 pub mod error;
+pub mod merkle;
 pub mod read;
 pub mod sqlite;
 

@@ -13,6 +13,8 @@
 //!   Triggers refuse `UPDATE` and `DELETE`: the log is append-only to every
 //!   well-behaved client (a tamperer can drop them; `verify` is for that).
 //! * `blobs`: content addressed by blake3.
+//! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
+//!   (see [`crate::merkle`]).
 //!
 //! Read models of `sandlog-projections` live in the same file, in their own
 //! tables, so they commit atomically with the events they fold.
@@ -31,7 +33,7 @@ use crate::error::{EventStoreError, Result};
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
@@ -90,7 +92,20 @@ pub const MIGRATIONS: &[&str] = &[
         data BLOB    NOT NULL
     );
     "#,
+    // 1 → 2: the Merkle tree's stored nodes (see `merkle`); the migration
+    // then folds the events already in the log.
+    r#"
+    CREATE TABLE merkle_nodes (
+        level INTEGER NOT NULL,
+        idx   INTEGER NOT NULL,
+        hash  BLOB    NOT NULL,
+        PRIMARY KEY (level, idx)
+    ) WITHOUT ROWID;
+    "#,
 ];
+
+/// The schema version that added `merkle_nodes`.
+const MERKLE_SCHEMA_VERSION: i64 = 2;
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 
@@ -172,6 +187,7 @@ pub struct EventStore {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hook: Option<Arc<dyn AppendHook>>,
     pub(crate) poisoned: AtomicBool,
+    pub(crate) frontier: crate::merkle::FrontierCache,
 }
 
 impl std::fmt::Debug for EventStore {
@@ -291,6 +307,13 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
             );
             transaction.execute_batch(script)?;
         }
+        if from < MERKLE_SCHEMA_VERSION {
+            let folded = crate::merkle::fold_events(&transaction, 0)?;
+            tracing::info!(
+                events = folded,
+                "built the Merkle tree over the existing log"
+            );
+        }
         transaction.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
         ))?;
@@ -328,6 +351,7 @@ impl EventStore {
             clock: options.clock,
             hook: None,
             poisoned: AtomicBool::new(false),
+            frontier: crate::merkle::FrontierCache::default(),
         })
     }
 

@@ -8,6 +8,8 @@ mod engine;
 mod eventstore;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
+/// The RFC 6962 tree stored with the events: roots, proofs, rebuild.
+mod merkle;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;

@@ -1,0 +1,429 @@
+//! The RFC 6962 Merkle tree over the log, stored beside the events and
+//! updated in the same transaction as every append.
+//!
+//! # Storage
+//!
+//! ```text
+//!  level
+//!    6   ·                                 (64 leaves)
+//!    5   ·               ·                 (32)
+//!    4   ▢       ▢       ▢       ▢         (16)  ← stored from here up
+//!   0-3  ┄┄┄┄┄┄┄ recomputed from events.hash ┄┄┄┄┄┄┄
+//!        leaf i = SHA-256(0x00 ‖ hash of the event at position i + 1)
+//! ```
+//!
+//! `merkle_nodes(level, idx, hash)` holds every *complete* subtree of
+//! level [`STORED_LEVEL_MIN`] or more: about one row per eight events. The
+//! levels below are recomputed on demand from the events' chain hashes (one
+//! range read of at most 2^[`STORED_LEVEL_MIN`] rows), which is what makes
+//! the tree cheap to maintain: a row per event would cost more than the
+//! event itself. Nodes are never changed once written, so the table grows
+//! like the log.
+//!
+//! **Invariant:** the stored tree always covers the whole log. Every append
+//! adds the nodes its events complete, in its own transaction; the
+//! migration that created the table folded the events already there.
+//! Appends find the right edge (the [`Frontier`]) in memory when no other
+//! process appended since, else read it back: O(log n) point reads.
+
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use sandlog_core::merkle::{
+    self, Frontier, MerkleError, MerkleHash, NodeId, NodeSource, frontier_ids,
+};
+use sandlog_core::{Envelope, Hash, Position};
+
+use crate::error::{EventStoreError, Result};
+use crate::sqlite::EventStore;
+
+/// The lowest level stored. Proofs recompute the levels below from at most
+/// `2^STORED_LEVEL_MIN` event hashes per stored node they stand in for.
+pub const STORED_LEVEL_MIN: u8 = 4;
+
+/// Events folded per transaction when the tree is rebuilt.
+const REBUILD_BATCH_EVENTS: u64 = 50_000;
+
+/// The right edge of the tree as of the last append this process made.
+#[derive(Debug, Default)]
+pub(crate) struct FrontierCache(Mutex<Option<Frontier>>);
+
+impl FrontierCache {
+    fn lock(&self) -> MutexGuard<'_, Option<Frontier>> {
+        // A panic cannot leave a half-updated frontier behind: it is
+        // replaced whole after a commit. Take it back.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The cached frontier if it is for a tree of `size` leaves.
+    pub(crate) fn take_if(&self, size: u64) -> Option<Frontier> {
+        let mut cached = self.lock();
+        match cached.as_ref() {
+            Some(frontier) if frontier.size() == size => cached.take(),
+            _ => None,
+        }
+    }
+
+    /// Remembers the frontier after a commit.
+    pub(crate) fn put(&self, frontier: Frontier) {
+        *self.lock() = Some(frontier);
+    }
+
+    /// Forgets it (after a rebuild, or a failed append).
+    pub(crate) fn clear(&self) {
+        *self.lock() = None;
+    }
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| EventStoreError::Corrupt {
+        position: Position(value),
+        reason: format!("{what} {value} is past the largest storable integer"),
+    })
+}
+
+fn missing_node(id: NodeId) -> EventStoreError {
+    EventStoreError::MerkleDamaged {
+        reason: format!(
+            "node level {} index {} is missing; rebuild the tree from the events",
+            id.level, id.index
+        ),
+    }
+}
+
+/// Reads nodes from one connection (or transaction), recomputing levels
+/// below [`STORED_LEVEL_MIN`] from the events.
+pub(crate) struct StoredNodes<'a> {
+    pub(crate) connection: &'a Connection,
+}
+
+impl From<MerkleError> for EventStoreError {
+    fn from(error: MerkleError) -> Self {
+        EventStoreError::Merkle(error)
+    }
+}
+
+impl StoredNodes<'_> {
+    /// Chain hashes of the events at leaf indexes `start..end`.
+    fn event_hashes(&self, start: u64, end: u64) -> Result<Vec<Hash>> {
+        let mut statement = self
+            .connection
+            .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position")?;
+        let mut rows = statement.query(params![to_i64(start, "leaf")?, to_i64(end, "leaf")?])?;
+        let mut hashes = Vec::new();
+        let mut expected = start + 1;
+        while let Some(row) = rows.next()? {
+            let position: i64 = row.get(0)?;
+            let bytes: Vec<u8> = row.get(1)?;
+            let hash: [u8; 32] = bytes.try_into().map_err(|_| EventStoreError::Corrupt {
+                position: Position(expected),
+                reason: "hash is not 32 bytes".into(),
+            })?;
+            if u64::try_from(position).ok() != Some(expected) {
+                return Err(EventStoreError::Corrupt {
+                    position: Position(expected),
+                    reason: "missing from the log".into(),
+                });
+            }
+            expected += 1;
+            hashes.push(Hash(hash));
+        }
+        if expected != end + 1 {
+            return Err(EventStoreError::Corrupt {
+                position: Position(expected),
+                reason: "missing from the log".into(),
+            });
+        }
+        Ok(hashes)
+    }
+}
+
+impl NodeSource for StoredNodes<'_> {
+    type Error = EventStoreError;
+
+    fn node(&self, id: NodeId) -> Result<MerkleHash> {
+        if id.level >= STORED_LEVEL_MIN {
+            let hash: Option<Vec<u8>> = self
+                .connection
+                .prepare_cached("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")?
+                .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            let hash = hash.ok_or_else(|| missing_node(id))?;
+            let hash: [u8; 32] = hash
+                .try_into()
+                .map_err(|_| EventStoreError::MerkleDamaged {
+                    reason: format!("node level {} index {} is not 32 bytes", id.level, id.index),
+                })?;
+            return Ok(MerkleHash(hash));
+        }
+        let span = 1u64 << id.level;
+        let start = id.index.checked_mul(span).ok_or_else(|| missing_node(id))?;
+        let leaves = self.event_hashes(start, start + span)?;
+        let mut level: Vec<MerkleHash> = leaves
+            .iter()
+            .map(|hash| merkle::leaf_hash(&hash.0))
+            .collect();
+        while level.len() > 1 {
+            level = level
+                .chunks(2)
+                .map(|pair| match pair {
+                    [left, right] => merkle::node_hash(left, right),
+                    [single] => *single,
+                    _ => merkle::empty_root(),
+                })
+                .collect();
+        }
+        level.first().copied().ok_or_else(|| missing_node(id))
+    }
+}
+
+/// The frontier of the stored tree of `size` leaves.
+pub(crate) fn load_frontier(connection: &Connection, size: u64) -> Result<Frontier> {
+    let source = StoredNodes { connection };
+    let hashes = frontier_ids(size)
+        .into_iter()
+        .map(|id| source.node(id))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Frontier::from_nodes(size, &hashes)?)
+}
+
+/// Adds `envelopes` (just inserted, in position order, right after leaf
+/// `frontier.size()`) to the tree: the complete nodes at stored levels.
+pub(crate) fn append_leaves(
+    connection: &Connection,
+    frontier: &mut Frontier,
+    envelopes: &[Envelope],
+) -> Result<()> {
+    let mut insert = connection
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+    for envelope in envelopes {
+        debug_assert_eq!(envelope.position.0, frontier.size() + 1);
+        for (id, hash) in frontier.append(&envelope.hash.0) {
+            if id.level >= STORED_LEVEL_MIN {
+                insert.execute(params![
+                    id.level,
+                    to_i64(id.index, "node index")?,
+                    hash.0.as_slice()
+                ])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Folds the events after leaf `from` into the tree, in batches on the
+/// given connection (a migration's or a rebuild's transaction).
+pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
+    let head: i64 =
+        connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
+            row.get(0)
+        })?;
+    let head = u64::try_from(head).unwrap_or(0);
+    let mut frontier = load_frontier(connection, from)?;
+    let mut insert = connection
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+    let mut select = connection
+        .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position")?;
+    let mut done = from;
+    while done < head {
+        let until = head.min(done + REBUILD_BATCH_EVENTS);
+        let mut rows = select.query(params![to_i64(done, "leaf")?, to_i64(until, "leaf")?])?;
+        while let Some(row) = rows.next()? {
+            let position: i64 = row.get(0)?;
+            let bytes: Vec<u8> = row.get(1)?;
+            if u64::try_from(position).ok() != Some(frontier.size() + 1) {
+                return Err(EventStoreError::Corrupt {
+                    position: Position(frontier.size() + 1),
+                    reason: "missing from the log".into(),
+                });
+            }
+            let hash: [u8; 32] = bytes.try_into().map_err(|_| EventStoreError::Corrupt {
+                position: Position(frontier.size() + 1),
+                reason: "hash is not 32 bytes".into(),
+            })?;
+            for (id, node) in frontier.append(&hash) {
+                if id.level >= STORED_LEVEL_MIN {
+                    insert.execute(params![
+                        id.level,
+                        to_i64(id.index, "node index")?,
+                        node.0.as_slice()
+                    ])?;
+                }
+            }
+        }
+        done = until;
+    }
+    Ok(head - from)
+}
+
+/// What [`EventStore::verify_merkle`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MerkleReport {
+    /// Leaves (events) covered.
+    pub size: u64,
+    /// The root recomputed from the events.
+    pub root: MerkleHash,
+    /// Stored nodes compared.
+    pub nodes_checked: u64,
+}
+
+impl EventStore {
+    fn tree_size(connection: &Connection) -> Result<u64> {
+        let head: i64 =
+            connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
+                row.get(0)
+            })?;
+        Ok(u64::try_from(head).unwrap_or(0))
+    }
+
+    /// The tree's size (the log's length) and root, read in one snapshot.
+    pub fn merkle_head(&self) -> Result<(u64, MerkleHash)> {
+        let mut connection = self.lock_reader();
+        let snapshot = connection.transaction()?;
+        let size = Self::tree_size(&snapshot)?;
+        let root = merkle::root(
+            &StoredNodes {
+                connection: &snapshot,
+            },
+            size,
+        )?;
+        Ok((size, root))
+    }
+
+    /// The root of the tree of the first `size` events.
+    pub fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
+        let mut connection = self.lock_reader();
+        let snapshot = connection.transaction()?;
+        let head = Self::tree_size(&snapshot)?;
+        if size > head {
+            return Err(MerkleError::BadSizes {
+                old: size,
+                new: head,
+            }
+            .into());
+        }
+        merkle::root(
+            &StoredNodes {
+                connection: &snapshot,
+            },
+            size,
+        )
+    }
+
+    /// RFC 6962 inclusion proof of the event at `position` in the tree of
+    /// the first `size` events (`position <= size <= head`).
+    pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
+        let mut connection = self.lock_reader();
+        let snapshot = connection.transaction()?;
+        let head = Self::tree_size(&snapshot)?;
+        if size > head {
+            return Err(MerkleError::BadSizes {
+                old: size,
+                new: head,
+            }
+            .into());
+        }
+        let index = position
+            .0
+            .checked_sub(1)
+            .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?;
+        merkle::inclusion_proof(
+            &StoredNodes {
+                connection: &snapshot,
+            },
+            index,
+            size,
+        )
+    }
+
+    /// RFC 6962 consistency proof between the trees of the first `old` and
+    /// `new` events (`old <= new <= head`).
+    pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
+        let mut connection = self.lock_reader();
+        let snapshot = connection.transaction()?;
+        let head = Self::tree_size(&snapshot)?;
+        if new > head {
+            return Err(MerkleError::BadSizes { old, new }.into());
+        }
+        merkle::consistency_proof(
+            &StoredNodes {
+                connection: &snapshot,
+            },
+            old,
+            new,
+        )
+    }
+
+    /// Recomputes the tree from the events and compares every stored node
+    /// with it. A node that differs or is missing is
+    /// [`EventStoreError::MerkleDamaged`]; the events themselves are
+    /// checked by [`EventStore::verify`].
+    pub fn verify_merkle(&self) -> Result<MerkleReport> {
+        let connection = self.open_read_only_connection()?;
+        let snapshot = connection.unchecked_transaction()?;
+        let size = Self::tree_size(&snapshot)?;
+        let mut frontier = Frontier::new();
+        let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position")?;
+        let mut stored =
+            snapshot.prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")?;
+        let mut rows = select.query([])?;
+        let mut nodes_checked = 0u64;
+        while let Some(row) = rows.next()? {
+            let bytes: Vec<u8> = row.get(0)?;
+            for (id, node) in frontier.append(&bytes) {
+                if id.level < STORED_LEVEL_MIN {
+                    continue;
+                }
+                let found: Option<Vec<u8>> = stored
+                    .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
+                        row.get(0)
+                    })
+                    .optional()?;
+                match found {
+                    Some(found) if found == node.0 => nodes_checked += 1,
+                    Some(_) => {
+                        return Err(EventStoreError::MerkleDamaged {
+                            reason: format!(
+                                "node level {} index {} differs from the tree of the events (leaves {}..{})",
+                                id.level,
+                                id.index,
+                                id.index << id.level,
+                                (id.index + 1) << id.level
+                            ),
+                        });
+                    }
+                    None => return Err(missing_node(id)),
+                }
+            }
+        }
+        let extra: i64 =
+            snapshot.query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0))?;
+        if u64::try_from(extra).ok() != Some(nodes_checked) {
+            return Err(EventStoreError::MerkleDamaged {
+                reason: format!(
+                    "{extra} nodes are stored but the events make {nodes_checked}: rebuild the tree"
+                ),
+            });
+        }
+        Ok(MerkleReport {
+            size,
+            root: frontier.root(),
+            nodes_checked,
+        })
+    }
+
+    /// Drops the stored tree and folds it again from the events, in one
+    /// transaction: readers see the old tree or the new one.
+    pub fn rebuild_merkle(&self) -> Result<u64> {
+        let folded = self.with_write_transaction(|transaction| -> Result<u64> {
+            transaction.execute("DELETE FROM merkle_nodes", [])?;
+            fold_events(transaction, 0)
+        })?;
+        self.frontier.clear();
+        Ok(folded)
+    }
+}
