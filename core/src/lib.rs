@@ -11,6 +11,7 @@
 //! Because it does no I/O, nothing here fails for operational reasons: every
 //! error is a rejected input.
 
+pub mod bundle;
 pub mod clock;
 pub mod envelope;
 pub mod error;

@@ -35,6 +35,7 @@ pub use append::{ExpectedVersion, Head};
 pub use backend::Backend;
 pub use chain::{Digest, VerifyReport};
 pub use error::{ChainProblem, EventStoreError, Result, is_busy, is_disk_full};
+pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};
 pub use rusqlite;
 pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION};

@@ -260,6 +260,19 @@ pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
     Ok(head - from)
 }
 
+/// A signed checkpoint this store issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// Tree size it signs.
+    pub size: u64,
+    /// Root it signs.
+    pub root: MerkleHash,
+    /// The signed note, as handed out.
+    pub note: String,
+    /// When it was stored.
+    pub recorded_at: sandlog_core::Timestamp,
+}
+
 /// What [`EventStore::verify_merkle`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MerkleReport {
@@ -414,6 +427,56 @@ impl EventStore {
             root: frontier.root(),
             nodes_checked,
         })
+    }
+
+    /// Keeps a signed checkpoint (its note exactly as signed).
+    pub fn store_checkpoint(&self, size: u64, root: &MerkleHash, note: &str) -> Result<()> {
+        let recorded_at = self.clock.now().unix_micros();
+        self.with_write_transaction(|transaction| -> Result<()> {
+            transaction.execute(
+                "INSERT INTO checkpoints (size, root, note, recorded_at) VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    to_i64(size, "tree size")?,
+                    root.0.as_slice(),
+                    note,
+                    recorded_at
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The newest stored checkpoint, if any.
+    pub fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>> {
+        let connection = self.lock_reader();
+        let row = connection
+            .prepare_cached(
+                "SELECT size, root, note, recorded_at FROM checkpoints ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, i64>(3)?,
+                ))
+            })
+            .optional()?;
+        let Some((size, root, note, recorded_at)) = row else {
+            return Ok(None);
+        };
+        let damaged = |what: &str| EventStoreError::MerkleDamaged {
+            reason: format!("stored checkpoint: {what}"),
+        };
+        Ok(Some(StoredCheckpoint {
+            size: u64::try_from(size).map_err(|_| damaged("negative size"))?,
+            root: MerkleHash(
+                root.try_into()
+                    .map_err(|_| damaged("root is not 32 bytes"))?,
+            ),
+            note,
+            recorded_at: sandlog_core::Timestamp::from_unix_micros(recorded_at),
+        }))
     }
 
     /// Drops the stored tree and folds it again from the events, in one

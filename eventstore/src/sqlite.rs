@@ -14,7 +14,7 @@
 //!   well-behaved client (a tamperer can drop them; `verify` is for that).
 //! * `blobs`: content addressed by blake3.
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
-//!   (see [`crate::merkle`]).
+//!   (see [`crate::merkle`]); `checkpoints`: signed checkpoints issued.
 //!
 //! Read models of `sandlog-projections` live in the same file, in their own
 //! tables, so they commit atomically with the events they fold.
@@ -101,6 +101,13 @@ pub const MIGRATIONS: &[&str] = &[
         hash  BLOB    NOT NULL,
         PRIMARY KEY (level, idx)
     ) WITHOUT ROWID;
+    CREATE TABLE checkpoints (
+        id          INTEGER PRIMARY KEY,
+        size        INTEGER NOT NULL,
+        root        BLOB    NOT NULL,
+        note        TEXT    NOT NULL,
+        recorded_at INTEGER NOT NULL
+    );
     "#,
 ];
 

@@ -107,6 +107,28 @@ pub enum RuntimeError {
     /// A projection query failed.
     #[error(transparent)]
     Projection(#[from] ProjectionError),
+    /// A key, a signed note or a checkpoint was refused (malformed, wrong
+    /// key, altered).
+    #[error(transparent)]
+    Note(sandlog_core::note::NoteError),
+    /// An evidence bundle failed verification; the message names what.
+    #[error(transparent)]
+    Bundle(sandlog_core::bundle::BundleError),
+    /// The log does not extend a checkpoint signed earlier.
+    #[error(
+        "the log ({log_size} events) does not extend the checkpoint of {checkpoint_size} events: {reason}"
+    )]
+    NotConsistent {
+        /// The checkpoint's size.
+        checkpoint_size: u64,
+        /// The log's size.
+        log_size: u64,
+        /// What failed.
+        reason: String,
+    },
+    /// No checkpoint has been signed yet.
+    #[error("no signed checkpoint yet: run `sandlog checkpoint --key KEYFILE` (or pass --key)")]
+    NoCheckpoint,
     /// A filesystem operation failed (permission denied, disk full, …).
     #[error("{context}: {source}")]
     Io {
@@ -145,6 +167,8 @@ impl RuntimeError {
                 "permission_denied"
             }
             Self::Io { .. } => "io",
+            Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => "integrity",
+            Self::NoCheckpoint => "not_found",
         }
     }
 
@@ -157,6 +181,7 @@ impl RuntimeError {
     pub fn is_integrity(&self) -> bool {
         match self {
             Self::Store(error) => error.is_integrity(),
+            Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => true,
             Self::Projection(ProjectionError::Store(error)) => error.is_integrity(),
             _ => false,
         }

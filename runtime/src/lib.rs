@@ -14,6 +14,7 @@
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
+//! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
 
 pub mod adopt;
@@ -21,6 +22,7 @@ pub mod applier;
 pub mod engine;
 pub mod error;
 pub mod lifecycle;
+pub mod proofs;
 pub mod sandbox;
 pub mod verify;
 pub mod workspace;

@@ -13,3 +13,5 @@ mod merkle;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;
+/// Signed checkpoints and offline evidence bundles through the engine.
+mod proofs;

@@ -1,0 +1,347 @@
+//! Offline evidence bundles: one session's events, an RFC 6962 inclusion
+//! proof for each against a signed checkpoint, and the session's kept
+//! blobs, in one JSON file that a verifier checks with nothing but the
+//! log's verifier key. Pure: parsing and checking, no I/O.
+//!
+//! # What a verified bundle proves
+//!
+//! * The checkpoint was signed by the key's holder (Ed25519, C2SP note).
+//! * Every event is exactly as the log recorded it: its chain hash is
+//!   recomputed from its fields, and that hash is a leaf of the tree whose
+//!   root the checkpoint signs (inclusion proof).
+//! * The events are the session's whole stream up to the checkpoint's
+//!   size: versions run 1, 2, 3, … without a gap, so none was left out
+//!   from the middle (events after the last one included may exist only if
+//!   they came after the checkpoint or the stream ended).
+//! * Every blob's bytes hash (blake3) to its name. Blobs the events name
+//!   but the bundle lacks (erased, pruned, never kept) are listed, not
+//!   failures: their hashes stay proven through the events.
+//!
+//! # Format (`format`: [`BUNDLE_FORMAT`])
+//!
+//! ```json
+//! {"format": "sandlog-evidence-bundle/1", "session_id": "<uuid>",
+//!  "checkpoint": "<signed note>",
+//!  "events": [{"position": 1, "stream": "session/<uuid>", "version": 1,
+//!              "event_id": "<uuid>", "kind": "session.created", "schema": 1,
+//!              "recorded_at_us": 0, "actor": "cli:ana",
+//!              "correlation_id": null, "causation_id": null,
+//!              "payload_base64": "…", "prev_hash": "<hex>", "hash": "<hex>",
+//!              "inclusion": ["<hex>", …]}],
+//!  "blobs": {"<blake3 hex>": "<base64>"}}
+//! ```
+//!
+//! Payloads travel as base64 of the exact stored bytes (the chain hashes
+//! bytes, and a JSON re-encoding could change them). Unknown fields are
+//! refused: every byte of a bundle either is checked or breaks parsing.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::envelope::{Envelope, Hash, chain_hash};
+use crate::ids::{EventId, Position, SessionId, StreamId, StreamVersion};
+use crate::merkle::{self, MerkleHash};
+use crate::note::{Checkpoint, NoteError, VerifierKey};
+use crate::time::Timestamp;
+
+/// The `format` value this build writes and reads.
+pub const BUNDLE_FORMAT: &str = "sandlog-evidence-bundle/1";
+
+/// Largest bundle file a verifier reads, bytes. A session's events are a
+/// few hundred bytes each and its kept blobs are bounded by the evidence
+/// budgets, so a real bundle is far below; the bound keeps a hostile file
+/// from exhausting memory.
+pub const BUNDLE_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
+/// One event in a bundle, with its inclusion proof.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleEvent {
+    /// Global position (leaf index + 1).
+    pub position: u64,
+    /// The stream, as stored.
+    pub stream: String,
+    /// Version in the stream.
+    pub version: u64,
+    /// The event's id.
+    pub event_id: Uuid,
+    /// Dotted kind.
+    pub kind: String,
+    /// Payload schema version.
+    pub schema: u32,
+    /// `recorded_at`, microseconds since the Unix epoch.
+    pub recorded_at_us: i64,
+    /// Who acted.
+    pub actor: String,
+    /// Correlation id.
+    pub correlation_id: Option<Uuid>,
+    /// Causation id.
+    pub causation_id: Option<Uuid>,
+    /// The exact payload bytes, base64.
+    pub payload_base64: String,
+    /// The previous event's chain hash, hex.
+    pub prev_hash: String,
+    /// This event's chain hash, hex.
+    pub hash: String,
+    /// RFC 6962 audit path for leaf `position - 1` in the checkpoint's
+    /// tree, leaf side first, hex.
+    pub inclusion: Vec<String>,
+}
+
+impl BundleEvent {
+    /// The bundle form of a stored envelope and its proof.
+    pub fn new(envelope: &Envelope, inclusion: &[MerkleHash]) -> BundleEvent {
+        BundleEvent {
+            position: envelope.position.0,
+            stream: envelope.stream.to_string(),
+            version: envelope.version.0,
+            event_id: envelope.event_id.0,
+            kind: envelope.kind.clone(),
+            schema: envelope.schema,
+            recorded_at_us: envelope.recorded_at.unix_micros(),
+            actor: envelope.actor.clone(),
+            correlation_id: envelope.correlation_id,
+            causation_id: envelope.causation_id,
+            payload_base64: BASE64.encode(&envelope.payload),
+            prev_hash: envelope.prev_hash.to_hex(),
+            hash: envelope.hash.to_hex(),
+            inclusion: inclusion.iter().map(MerkleHash::to_hex).collect(),
+        }
+    }
+
+    fn envelope(&self) -> Result<Envelope, BundleError> {
+        let bad = |what: &str| BundleError::MalformedEvent {
+            position: self.position,
+            reason: what.to_owned(),
+        };
+        Ok(Envelope {
+            position: Position(self.position),
+            stream: StreamId::parse(&self.stream)
+                .map_err(|_| bad("the stream is not a valid stream name"))?,
+            version: StreamVersion(self.version),
+            event_id: EventId(self.event_id),
+            kind: self.kind.clone(),
+            schema: self.schema,
+            recorded_at: Timestamp::from_unix_micros(self.recorded_at_us),
+            actor: self.actor.clone(),
+            correlation_id: self.correlation_id,
+            causation_id: self.causation_id,
+            payload: BASE64
+                .decode(&self.payload_base64)
+                .map_err(|_| bad("the payload is not valid base64"))?,
+            prev_hash: Hash::from_hex(&self.prev_hash)
+                .map_err(|_| bad("prev_hash is not 64 hex digits"))?,
+            hash: Hash::from_hex(&self.hash).map_err(|_| bad("hash is not 64 hex digits"))?,
+        })
+    }
+}
+
+/// An evidence bundle as stored in its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    /// [`BUNDLE_FORMAT`].
+    pub format: String,
+    /// The session whose history this is.
+    pub session_id: SessionId,
+    /// The signed checkpoint (C2SP signed note) the proofs are against.
+    pub checkpoint: String,
+    /// The session's events in position order.
+    pub events: Vec<BundleEvent>,
+    /// Kept blob contents by blake3 hex, base64.
+    pub blobs: BTreeMap<String, String>,
+}
+
+/// Why a bundle failed verification. Every variant names what failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BundleError {
+    /// Not JSON of the bundle's shape, or another format.
+    #[error("not a sandlog evidence bundle: {0}")]
+    NotABundle(String),
+    /// The checkpoint's signature or shape.
+    #[error("checkpoint: {0}")]
+    Checkpoint(#[from] NoteError),
+    /// An event's fields cannot be read.
+    #[error("event at position {position}: {reason}")]
+    MalformedEvent {
+        /// Its position.
+        position: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An event's fields do not hash to its recorded hash: it was altered.
+    #[error(
+        "event at position {position} was altered: its fields hash to {actual}, not the recorded {recorded}"
+    )]
+    EventAltered {
+        /// Its position.
+        position: u64,
+        /// The recorded hash.
+        recorded: String,
+        /// What the fields hash to.
+        actual: String,
+    },
+    /// An event is not in the signed tree (or its proof was altered).
+    #[error(
+        "event at position {position} is not proven by the checkpoint of size {size}: {reason}"
+    )]
+    NotIncluded {
+        /// Its position.
+        position: u64,
+        /// The checkpoint's tree size.
+        size: u64,
+        /// The verifier's reason.
+        reason: String,
+    },
+    /// The events are not the session's stream in order, without gaps.
+    #[error("the events are not session {session_id}'s complete stream: {reason}")]
+    Incomplete {
+        /// The session.
+        session_id: SessionId,
+        /// What is out of order or missing.
+        reason: String,
+    },
+    /// A blob's bytes do not hash to its name.
+    #[error("blob {name} was altered: its bytes hash to {actual}")]
+    BlobAltered {
+        /// Its name (blake3 hex).
+        name: String,
+        /// What the bytes hash to.
+        actual: String,
+    },
+}
+
+/// What a verified bundle holds, ready to fold or print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedBundle {
+    /// The signed checkpoint.
+    pub checkpoint: Checkpoint,
+    /// The session.
+    pub session_id: SessionId,
+    /// Its events, each proven.
+    pub envelopes: Vec<Envelope>,
+    /// Its blobs, each checked.
+    pub blobs: BTreeMap<Hash, Vec<u8>>,
+}
+
+impl Bundle {
+    /// Parses a bundle file's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Bundle, BundleError> {
+        if bytes.len() as u64 > BUNDLE_BYTES_MAX {
+            return Err(BundleError::NotABundle(format!(
+                "larger than {BUNDLE_BYTES_MAX} bytes"
+            )));
+        }
+        let bundle: Bundle = serde_json::from_slice(bytes)
+            .map_err(|error| BundleError::NotABundle(error.to_string()))?;
+        if bundle.format != BUNDLE_FORMAT {
+            return Err(BundleError::NotABundle(format!(
+                "format {:?}, expected {BUNDLE_FORMAT:?}",
+                bundle.format
+            )));
+        }
+        Ok(bundle)
+    }
+
+    /// Checks everything that needs no database: the signature, each
+    /// event's hash and inclusion proof, the stream's completeness, and
+    /// each blob's hash.
+    pub fn verify(&self, key: &VerifierKey) -> Result<VerifiedBundle, BundleError> {
+        let checkpoint = Checkpoint::verify(&self.checkpoint, key)?;
+        let stream = self.session_id.stream().to_string();
+        let mut envelopes = Vec::with_capacity(self.events.len());
+        let mut last_position = 0u64;
+        for (index, event) in self.events.iter().enumerate() {
+            let envelope = event.envelope()?;
+            let stream_text = envelope.stream.to_string();
+            let actual = chain_hash(&envelope.prev_hash, &envelope.fields(&stream_text));
+            if actual != envelope.hash {
+                return Err(BundleError::EventAltered {
+                    position: event.position,
+                    recorded: envelope.hash.to_hex(),
+                    actual: actual.to_hex(),
+                });
+            }
+            let incomplete = |reason: String| BundleError::Incomplete {
+                session_id: self.session_id,
+                reason,
+            };
+            if stream_text != stream {
+                return Err(incomplete(format!(
+                    "event {} is in stream {stream_text}",
+                    event.position
+                )));
+            }
+            if event.version != index as u64 + 1 {
+                return Err(incomplete(format!(
+                    "event {} has version {}, expected {} (an event is missing)",
+                    event.position,
+                    event.version,
+                    index + 1
+                )));
+            }
+            if event.position <= last_position {
+                return Err(incomplete(format!(
+                    "event {} is out of order",
+                    event.position
+                )));
+            }
+            last_position = event.position;
+            let proof = event
+                .inclusion
+                .iter()
+                .map(|text| MerkleHash::from_hex(text))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| BundleError::MalformedEvent {
+                    position: event.position,
+                    reason: "an inclusion hash is not 64 hex digits".into(),
+                })?;
+            let not_included = |reason: String| BundleError::NotIncluded {
+                position: event.position,
+                size: checkpoint.size,
+                reason,
+            };
+            let index = event
+                .position
+                .checked_sub(1)
+                .ok_or_else(|| not_included("position 0 is not a leaf".into()))?;
+            merkle::verify_inclusion(
+                &merkle::leaf_hash(&envelope.hash.0),
+                index,
+                checkpoint.size,
+                &proof,
+                &checkpoint.root,
+            )
+            .map_err(|error| not_included(error.to_string()))?;
+            envelopes.push(envelope);
+        }
+        let mut blobs = BTreeMap::new();
+        for (name, data) in &self.blobs {
+            let hash = Hash::from_hex(name).map_err(|_| {
+                BundleError::NotABundle(format!("blob name {name:?} is not a blake3 hex digest"))
+            })?;
+            let bytes = BASE64
+                .decode(data)
+                .map_err(|_| BundleError::NotABundle(format!("blob {name} is not valid base64")))?;
+            let actual = Hash::of(&bytes);
+            if actual != hash {
+                return Err(BundleError::BlobAltered {
+                    name: name.clone(),
+                    actual: actual.to_hex(),
+                });
+            }
+            blobs.insert(hash, bytes);
+        }
+        Ok(VerifiedBundle {
+            checkpoint,
+            session_id: self.session_id,
+            envelopes,
+            blobs,
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! The verifiable log for embedders and the CLI: signing keys, signed
+//! checkpoints, inclusion and consistency proofs, checking that the log
+//! still extends a checkpoint signed earlier, and offline evidence bundles.
+//!
+//! The arithmetic and formats are `sandlog-core`'s (`merkle`, `note`,
+//! `bundle`), so an auditor's verifier needs no database; this module adds
+//! what needs the store (reading nodes, events and blobs) or the OS (the
+//! randomness of a new key, key files).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use sandlog_core::bundle::{BUNDLE_FORMAT, Bundle, BundleEvent, VerifiedBundle};
+use sandlog_core::merkle::{self, MerkleHash};
+use sandlog_core::note::{Checkpoint, SignerKey, VerifierKey};
+use sandlog_core::{Envelope, Event, Hash, Position, SessionId, StreamId};
+use sandlog_projections::SessionState;
+use sandlog_projections::state::State;
+use serde::Serialize;
+
+use crate::engine::Engine;
+use crate::error::{Result, RuntimeError};
+
+/// Largest key or checkpoint file read, bytes (both are under 200 bytes).
+pub const KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
+
+/// A checkpoint signed now, as stored and handed out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignedCheckpoint {
+    /// Events covered.
+    pub size: u64,
+    /// The tree's root, base64 (as in the note).
+    pub root: String,
+    /// The signed note: publish it, or hand it to a witness.
+    pub note: String,
+}
+
+/// An RFC 6962 proof, ready to print as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InclusionProof {
+    /// Tree size the proof is for.
+    pub size: u64,
+    /// Leaf index (the event's position − 1).
+    pub leaf_index: u64,
+    /// The leaf's hash: SHA-256(0x00 ‖ event hash), hex.
+    pub leaf_hash: String,
+    /// The tree's root at `size`, hex.
+    pub root: String,
+    /// The audit path, leaf side first, hex.
+    pub hashes: Vec<String>,
+}
+
+/// An RFC 6962 consistency proof, ready to print as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsistencyProof {
+    /// The older size.
+    pub old: u64,
+    /// The newer size.
+    pub new: u64,
+    /// The root at `old`, hex.
+    pub old_root: String,
+    /// The root at `new`, hex.
+    pub new_root: String,
+    /// The proof, hex.
+    pub hashes: Vec<String>,
+}
+
+/// What checking the log against an earlier checkpoint found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointCheck {
+    /// The checkpoint's size.
+    pub checkpoint_size: u64,
+    /// The log's size now.
+    pub log_size: u64,
+    /// The log's root now, recomputed from the events, hex.
+    pub log_root: String,
+}
+
+/// What a verified evidence bundle holds, for people and scripts.
+#[derive(Debug, Clone, Serialize)]
+pub struct BundleReport {
+    /// Always true when returned (failures are errors).
+    pub ok: bool,
+    /// The session.
+    pub session_id: SessionId,
+    /// Events proven.
+    pub events: usize,
+    /// The checkpoint's size and origin.
+    pub checkpoint_size: u64,
+    /// The log's name in the checkpoint.
+    pub origin: String,
+    /// Blobs carried and checked.
+    pub blobs: usize,
+    /// Blobs the events name that the bundle does not carry (erased,
+    /// pruned, or never kept); their hashes stay proven.
+    pub missing_blobs: Vec<String>,
+    /// The session as its events make it.
+    pub state: Option<SessionState>,
+}
+
+/// The blobs an event names (code, file contents).
+fn blob_refs(envelope: &Envelope) -> Vec<Hash> {
+    match envelope.event() {
+        Ok(Some(Event::SessionExecuted(executed))) => vec![executed.code_blake3],
+        Ok(Some(Event::FileWritten(written))) => vec![written.blake3],
+        _ => Vec::new(),
+    }
+}
+
+fn read_small_file(path: &Path, what: &str) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(RuntimeError::io(format!(
+        "reading {what} {}",
+        path.display()
+    )))?;
+    let mut text = String::new();
+    file.take(KEY_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(RuntimeError::io(format!(
+            "reading {what} {}",
+            path.display()
+        )))?;
+    if text.len() as u64 > KEY_FILE_BYTES_MAX {
+        return Err(RuntimeError::Io {
+            context: format!("reading {what} {}", path.display()),
+            source: std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!("larger than {KEY_FILE_BYTES_MAX} bytes: not a {what}"),
+            ),
+        });
+    }
+    Ok(text)
+}
+
+/// Draws a new Ed25519 key named `origin` from the OS's randomness and
+/// writes it to `path` (mode 0600, never over an existing file).
+pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|error| RuntimeError::Io {
+        context: "drawing a random key".into(),
+        source: std::io::Error::other(error.to_string()),
+    })?;
+    let key = SignerKey::from_seed(origin, seed).map_err(RuntimeError::Note)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let context = format!("writing key file {}", path.display());
+    let mut file = options
+        .open(path)
+        .map_err(RuntimeError::io(context.clone()))?;
+    file.write_all(format!("{}\n", key.to_private_string()).as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(RuntimeError::io(context))?;
+    Ok(key)
+}
+
+/// Reads a signer key file written by [`generate_key_file`].
+pub fn read_signer_key(path: &Path) -> Result<SignerKey> {
+    SignerKey::parse(&read_small_file(path, "key file")?).map_err(RuntimeError::Note)
+}
+
+/// Reads a verifier key: the text itself, or a file holding it.
+pub fn read_verifier_key(text_or_path: &str) -> Result<VerifierKey> {
+    let path = Path::new(text_or_path);
+    let text = if path.is_file() {
+        read_small_file(path, "verifier key")?
+    } else {
+        text_or_path.to_owned()
+    };
+    VerifierKey::parse(&text).map_err(RuntimeError::Note)
+}
+
+/// Verifies an evidence bundle with no database: the checkpoint signature,
+/// every event hash and inclusion proof, the stream's completeness, every
+/// blob hash, and the session's state recomputed from its events.
+pub fn verify_bundle(bytes: &[u8], key: &VerifierKey) -> Result<BundleReport> {
+    let bundle = Bundle::parse(bytes).map_err(RuntimeError::Bundle)?;
+    let VerifiedBundle {
+        checkpoint,
+        session_id,
+        envelopes,
+        blobs,
+    } = bundle.verify(key).map_err(RuntimeError::Bundle)?;
+    let mut missing: Vec<String> = envelopes
+        .iter()
+        .flat_map(blob_refs)
+        .filter(|hash| !blobs.contains_key(hash))
+        .map(|hash| hash.to_hex())
+        .collect();
+    missing.sort();
+    missing.dedup();
+    let state = State::fold(envelopes.iter());
+    Ok(BundleReport {
+        ok: true,
+        session_id,
+        events: envelopes.len(),
+        checkpoint_size: checkpoint.size,
+        origin: checkpoint.origin,
+        blobs: blobs.len(),
+        missing_blobs: missing,
+        state: state.sessions.get(&session_id).cloned(),
+    })
+}
+
+impl Engine {
+    /// Signs a checkpoint of the whole log with `key`, stores it, and
+    /// returns it.
+    pub fn sign_checkpoint(&self, key: &SignerKey) -> Result<SignedCheckpoint> {
+        let (size, root) = self.store.merkle_head()?;
+        let checkpoint = Checkpoint {
+            origin: key.name().to_owned(),
+            size,
+            root,
+            extensions: Vec::new(),
+        };
+        let note = checkpoint.sign(key).map_err(RuntimeError::Note)?;
+        self.store.store_checkpoint(size, &root, &note)?;
+        tracing::info!(target: "sandlog::lifecycle", event = "checkpoint.signed", size, "checkpoint signed");
+        let root = note.lines().nth(2).unwrap_or_default().to_owned();
+        Ok(SignedCheckpoint { size, root, note })
+    }
+
+    /// The newest checkpoint this root signed, if any.
+    pub fn latest_checkpoint(&self) -> Result<Option<String>> {
+        Ok(self.store.latest_checkpoint()?.map(|stored| stored.note))
+    }
+
+    /// The inclusion proof of the event at `position` in the tree of the
+    /// first `size` events (default: the whole log).
+    pub fn prove_inclusion(&self, position: Position, size: Option<u64>) -> Result<InclusionProof> {
+        let size = match size {
+            Some(size) => size,
+            None => self.store.merkle_head()?.0,
+        };
+        let hashes = self.store.inclusion_proof(position, size)?;
+        let root = self.store.merkle_root(size)?;
+        let event =
+            self.store
+                .get(position)?
+                .ok_or(sandlog_eventstore::EventStoreError::Merkle(
+                    merkle::MerkleError::IndexOutOfRange {
+                        index: position.0,
+                        size,
+                    },
+                ))?;
+        Ok(InclusionProof {
+            size,
+            leaf_index: position.0 - 1,
+            leaf_hash: merkle::leaf_hash(&event.hash.0).to_hex(),
+            root: root.to_hex(),
+            hashes: hashes.iter().map(MerkleHash::to_hex).collect(),
+        })
+    }
+
+    /// The consistency proof between the trees of the first `old` and `new`
+    /// events (default: the whole log).
+    pub fn prove_consistency(&self, old: u64, new: Option<u64>) -> Result<ConsistencyProof> {
+        let new = match new {
+            Some(new) => new,
+            None => self.store.merkle_head()?.0,
+        };
+        let hashes = self.store.consistency_proof(old, new)?;
+        Ok(ConsistencyProof {
+            old,
+            new,
+            old_root: self.store.merkle_root(old)?.to_hex(),
+            new_root: self.store.merkle_root(new)?.to_hex(),
+            hashes: hashes.iter().map(MerkleHash::to_hex).collect(),
+        })
+    }
+
+    /// Checks that today's log extends the log a checkpoint signed earlier:
+    /// the signature, then a consistency proof from the checkpoint's size
+    /// to now against the checkpoint's root and a root recomputed from the
+    /// events (so neither rewritten events nor rewritten tree nodes pass).
+    pub fn verify_checkpoint(&self, note: &str, key: &VerifierKey) -> Result<CheckpointCheck> {
+        let checkpoint = Checkpoint::verify(note, key).map_err(RuntimeError::Note)?;
+        let report = self.store.verify_merkle()?;
+        if checkpoint.size > report.size {
+            return Err(RuntimeError::NotConsistent {
+                checkpoint_size: checkpoint.size,
+                log_size: report.size,
+                reason: "the log is shorter than the checkpoint: events were removed".into(),
+            });
+        }
+        let proof = self.store.consistency_proof(checkpoint.size, report.size)?;
+        merkle::verify_consistency(checkpoint.size, report.size, &proof, &checkpoint.root, &report.root)
+            .map_err(|error| RuntimeError::NotConsistent {
+                checkpoint_size: checkpoint.size,
+                log_size: report.size,
+                reason: format!(
+                    "{error}: the first {} events are not the ones the checkpoint signed (history was rewritten)",
+                    checkpoint.size
+                ),
+            })?;
+        Ok(CheckpointCheck {
+            checkpoint_size: checkpoint.size,
+            log_size: report.size,
+            log_root: report.root.to_hex(),
+        })
+    }
+
+    /// An offline evidence bundle of one session: its events up to the
+    /// checkpoint, an inclusion proof for each, the checkpoint, and the
+    /// blobs its events name that are still kept. With `key`, a new
+    /// checkpoint is signed first; without, the newest stored one is used.
+    pub fn export_bundle(&self, session_id: SessionId, key: Option<&SignerKey>) -> Result<Bundle> {
+        let note = match key {
+            Some(key) => self.sign_checkpoint(key)?.note,
+            None => self
+                .latest_checkpoint()?
+                .ok_or(RuntimeError::NoCheckpoint)?,
+        };
+        let body_size = note
+            .lines()
+            .nth(1)
+            .and_then(|line| line.parse::<u64>().ok())
+            .ok_or(RuntimeError::NoCheckpoint)?;
+        let envelopes = self.store.read_stream(StreamId::Session(session_id))?;
+        if envelopes.is_empty() {
+            return Err(RuntimeError::UnknownSession(session_id));
+        }
+        let mut events = Vec::new();
+        let mut blobs = BTreeMap::new();
+        for envelope in envelopes
+            .iter()
+            .filter(|envelope| envelope.position.0 <= body_size)
+        {
+            let proof = self.store.inclusion_proof(envelope.position, body_size)?;
+            events.push(BundleEvent::new(envelope, &proof));
+            for hash in blob_refs(envelope) {
+                if let Some(bytes) = self.store.get_blob(&hash)? {
+                    use base64::Engine as _;
+                    blobs.insert(
+                        hash.to_hex(),
+                        base64::engine::general_purpose::STANDARD.encode(bytes),
+                    );
+                }
+            }
+        }
+        Ok(Bundle {
+            format: BUNDLE_FORMAT.to_owned(),
+            session_id,
+            checkpoint: note,
+            events,
+            blobs,
+        })
+    }
+}
