@@ -14,6 +14,7 @@
 pub mod clock;
 pub mod envelope;
 pub mod error;
+pub mod escape;
 pub mod event;
 pub mod human;
 pub mod ids;
