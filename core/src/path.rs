@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::CoreError;
-use crate::limits::{PATH_BYTES_MAX, PATH_COMPONENT_BYTES_MAX, PATH_DEPTH_MAX, PATH_TEXT_BYTES_MAX};
+use crate::limits::{
+    PATH_BYTES_MAX, PATH_COMPONENT_BYTES_MAX, PATH_DEPTH_MAX, PATH_TEXT_BYTES_MAX,
+};
 
 /// Why a workspace path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -174,16 +176,16 @@ impl WorkspacePath {
         parent: Option<&WorkspacePath>,
         name: &[u8],
     ) -> Result<WorkspacePath, CoreError> {
-        let mut text = String::with_capacity(
-            parent.map_or(0, |parent| parent.0.len() + 1) + name.len() + 8,
-        );
+        let mut text =
+            String::with_capacity(parent.map_or(0, |parent| parent.0.len() + 1) + name.len() + 8);
         if let Some(parent) = parent {
             text.push_str(&parent.0);
             text.push('/');
         }
         push_escaped(&mut text, name);
-        let (parent_depth, parent_bytes) =
-            parent.map_or((0, 0), |parent| (parent.components().count(), parent.disk_bytes() + 1));
+        let (parent_depth, parent_bytes) = parent.map_or((0, 0), |parent| {
+            (parent.components().count(), parent.disk_bytes() + 1)
+        });
         let refusal = if name.is_empty() || name == b"." {
             Some(PathError::Empty)
         } else if name == b".." {
@@ -465,7 +467,10 @@ mod tests {
     fn normalises_separators_and_dots() {
         assert_eq!(WorkspacePath::parse("a//./b/").unwrap().as_str(), "a/b");
         assert_eq!(WorkspacePath::parse("./x.txt").unwrap().as_str(), "x.txt");
-        assert_eq!(WorkspacePath::parse("a\\\\b//.").unwrap().as_str(), "a\\\\b");
+        assert_eq!(
+            WorkspacePath::parse("a\\\\b//.").unwrap().as_str(),
+            "a\\\\b"
+        );
     }
 
     /// Each way a text can be wrong is refused with its own reason.
@@ -477,7 +482,10 @@ mod tests {
         assert_eq!(reason("../x"), PathError::ParentComponent);
         assert_eq!(reason("a/../../x"), PathError::ParentComponent);
         assert_eq!(reason("a\0b"), PathError::NulByte);
-        assert_eq!(reason(&"a".repeat(PATH_TEXT_BYTES_MAX + 1)), PathError::TooLong);
+        assert_eq!(
+            reason(&"a".repeat(PATH_TEXT_BYTES_MAX + 1)),
+            PathError::TooLong
+        );
         let long = format!("{}/", "a".repeat(200)).repeat(PATH_BYTES_MAX / 200 + 1);
         assert_eq!(reason(&long), PathError::TooLong);
         assert_eq!(
@@ -491,11 +499,16 @@ mod tests {
     /// else is a malformed escape, and the message says how to write one.
     #[test]
     fn a_lone_or_unknown_backslash_is_a_bad_escape() {
-        for text in ["a\\b", "a\\", "\\", "a\\x4", "a\\xFF", "a\\xg0", "a\\u0041", "x/\\n"] {
+        for text in [
+            "a\\b", "a\\", "\\", "a\\x4", "a\\xFF", "a\\xg0", "a\\u0041", "x/\\n",
+        ] {
             assert_eq!(reason(text), PathError::BadEscape, "{text:?}");
         }
         let message = WorkspacePath::parse("a\\b").unwrap_err().to_string();
-        assert!(message.contains("write `\\\\` for a backslash"), "{message}");
+        assert!(
+            message.contains("write `\\\\` for a backslash"),
+            "{message}"
+        );
     }
 
     /// An escape for bytes that have a plain form is refused, so a name
@@ -503,7 +516,13 @@ mod tests {
     /// be written as themselves, and an escaped NUL is still a NUL.
     #[test]
     fn an_escape_for_a_plain_character_is_refused() {
-        for text in ["\\x41", "caf\\xc3\\xa9", "a\\x2fb", "\\x2e\\x2e", "\\xff\\x41"] {
+        for text in [
+            "\\x41",
+            "caf\\xc3\\xa9",
+            "a\\x2fb",
+            "\\x2e\\x2e",
+            "\\xff\\x41",
+        ] {
             assert_eq!(reason(text), PathError::NonCanonicalEscape, "{text:?}");
         }
         assert_eq!(reason("a\\x00"), PathError::NulByte);
@@ -538,7 +557,10 @@ mod tests {
             b"dir/\xffx\xc3\xa9\xe2\x82"
         );
         assert_eq!(WorkspacePath::parse(bytes.as_str()).unwrap(), bytes);
-        assert_eq!(serde_json::to_string(&bytes).unwrap(), r#""dir/\\xffxé\\xe2\\x82""#);
+        assert_eq!(
+            serde_json::to_string(&bytes).unwrap(),
+            r#""dir/\\xffxé\\xe2\\x82""#
+        );
     }
 
     /// The limits count bytes on disk, not characters of text: 255 bytes
@@ -607,7 +629,9 @@ mod tests {
             // Mostly the interesting bytes: backslash, `x`, hex digits,
             // lead and continuation bytes.
             proptest::collection::vec(
-                prop::sample::select(vec![b'\\', b'x', b'a', b'f', b'0', b'.', 0x80, 0xc3, 0xa9, 0xe2, 0xff]),
+                prop::sample::select(vec![
+                    b'\\', b'x', b'a', b'f', b'0', b'.', 0x80, 0xc3, 0xa9, 0xe2, 0xff
+                ]),
                 1..=40,
             ),
         ]
