@@ -407,3 +407,38 @@ fn names_on_disk_with_backslashes_or_bad_utf8_are_recorded() -> TestResult {
     assert_eq!(again.files_written, Vec::<WorkspacePath>::new());
     assert_root_usable(&root)
 }
+
+/// Host writes of names holding a backslash or bytes that are not UTF-8
+/// list under their text form, and a glob matches them with the glob's own
+/// backslash escape (as `docs/names.md` says). Method: write two such files
+/// through the engine and list with `*` and with an escaped glob.
+#[test]
+fn escaped_names_list_and_match_globs() -> TestResult {
+    let root = TestRoot::new()?;
+    let id = root.engine.create_session(BTreeMap::new())?.session_id;
+    let backslash = WorkspacePath::from_os_name(OsStr::from_bytes(b"a\\b"))?;
+    let latin1 = WorkspacePath::from_os_name(OsStr::from_bytes(b"caf\xe9"))?;
+    root.engine.write_file(id, &backslash, b"1", false)?;
+    root.engine.write_file(id, &latin1, b"2", false)?;
+    let listed = |pattern: &str| -> Result<Vec<String>, RuntimeError> {
+        Ok(root
+            .engine
+            .list_files(id, Some(pattern))?
+            .into_iter()
+            .map(|file| file.path.to_string())
+            .collect())
+    };
+    assert_eq!(listed("*")?, vec!["a\\\\b", "caf\\xe9"]);
+    assert_eq!(listed("a\\\\\\\\b")?, vec!["a\\\\b"]);
+    assert_eq!(listed("caf\\\\x*")?, vec!["caf\\xe9"]);
+    assert_eq!(
+        std::fs::read(
+            root.engine
+                .layout()
+                .workspace(id)
+                .join(OsStr::from_bytes(b"caf\xe9"))
+        )?,
+        b"2"
+    );
+    assert_root_usable(&root)
+}
