@@ -26,7 +26,8 @@ pub enum CoreError {
     /// A workspace path was refused; the reason says why.
     #[error("invalid workspace path {path:?}: {reason}")]
     InvalidPath {
-        /// The path as given (lossy if it held invalid UTF-8).
+        /// The path as given, in the text form (`docs/names.md`) when it
+        /// came from names on disk.
         path: String,
         /// Why it was refused.
         reason: PathError,

@@ -15,6 +15,7 @@ pub mod bundle;
 pub mod clock;
 pub mod envelope;
 pub mod error;
+pub mod escape;
 pub mod event;
 pub mod human;
 pub mod ids;

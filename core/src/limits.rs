@@ -46,3 +46,13 @@ const _: () = assert!(PATH_COMPONENT_BYTES_MAX <= PATH_BYTES_MAX);
 const _: () = assert!(PATH_DEPTH_MAX * 2 <= PATH_BYTES_MAX);
 // A label set must fit in one payload with room for the rest of the event.
 const _: () = assert!(LABELS_MAX * LABEL_BYTES_MAX * 2 * 2 <= PAYLOAD_BYTES_MAX);
+
+/// Longest text form of a workspace path, in bytes. The text form writes a
+/// byte that is not UTF-8 as the four characters `\xHH`, so a path of
+/// [`PATH_BYTES_MAX`] bytes on disk can take four times as much text; a
+/// longer input is refused as too long before it is decoded.
+pub const PATH_TEXT_BYTES_MAX: usize = 4 * PATH_BYTES_MAX;
+
+// A path at its longest text still fits in one payload, with room for the
+// rest of the event (JSON may escape each of its characters again).
+const _: () = assert!(PATH_TEXT_BYTES_MAX * 6 <= PAYLOAD_BYTES_MAX);

@@ -123,18 +123,12 @@ impl Workspace {
                 .create_dir_all(parent.as_std_path())
                 .map_err(map())?;
         }
-        let temporary = match path.parent() {
-            Some(parent) => format!(
-                "{parent}/.{}.sandlog-{}",
-                path.file_name(),
-                uuid::Uuid::new_v4().simple()
-            ),
-            None => format!(
-                ".{}.sandlog-{}",
-                path.file_name(),
-                uuid::Uuid::new_v4().simple()
-            ),
-        };
+        // The temporary name leaves out the target's name: a target name
+        // of up to `PATH_COMPONENT_BYTES_MAX` bytes plus a prefix and suffix
+        // would pass the file system's limit, and the target's path on disk
+        // is its decoded bytes, not its text form.
+        let mut temporary = path.as_std_path().into_owned();
+        temporary.set_file_name(format!(".sandlog-{}.tmp", uuid::Uuid::new_v4().simple()));
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         let written = (|| -> std::io::Result<()> {

@@ -6,6 +6,8 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Hostile file names: lossless names, nothing outside the workspace.
+mod hostile_names;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.
