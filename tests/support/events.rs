@@ -115,6 +115,7 @@ pub fn executed(outcome: Outcome) -> Event {
             memory_bytes: 256 << 20,
             workspace_bytes: 1 << 30,
         },
+        scan: None,
     })
 }
 
