@@ -6,6 +6,8 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Hostile workspaces and the bounds of the host's work after a run.
+mod hostile_scan;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// Projections: fold, inline read model and rebuild agree; metadata and

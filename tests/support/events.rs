@@ -182,6 +182,7 @@ pub fn session_deleted(reclaimed_bytes: u64) -> Event {
 pub fn drift_detected() -> Event {
     Event::WorkspaceDriftDetected(WorkspaceDriftDetected {
         drift: vec![Drift::MissingDirectory],
+        split: None,
     })
 }
 
