@@ -277,9 +277,9 @@ fn longest_names_are_recorded_and_deletable() -> TestResult {
     let name = "n".repeat(255);
     let run = root.engine.execute(
         id,
-        &ExecRequest::python(format!(
-            "import os\nn = 'n' * 255\nos.mkdir(n)\nopen(n + '/' + n, 'w').write('x')\nopen(n[:-1] + 'm', 'w').write('y')"
-        )),
+        &ExecRequest::python(
+            "import os\nn = 'n' * 255\nos.mkdir(n)\nopen(n + '/' + n, 'w').write('x')\nopen(n[:-1] + 'm', 'w').write('y')",
+        ),
     )?;
     assert_eq!(
         run.outcome,
