@@ -173,10 +173,18 @@ impl Workspace {
             Some(true) if !recursive => Err(RuntimeError::IsDirectory {
                 path: path.to_string(),
             }),
-            Some(true) => self
-                .dir
-                .remove_dir_all(path.as_std_path())
-                .map_err(self.map_error(path, "deleting")),
+            // By handle (cap-std's `remove_dir_all` holds a descriptor
+            // per level, which a guest-built deep tree exhausts).
+            Some(true) => {
+                let parent = match path.parent() {
+                    Some(parent) => self.dir.open_dir(parent.as_std_path()),
+                    None => self.dir.try_clone(),
+                }
+                .map_err(self.map_error(path, "deleting"))?;
+                crate::tree::remove_tree(&parent, Path::new(path.file_name()))
+                    .map(|_| ())
+                    .map_err(self.map_error(path, "deleting"))
+            }
             Some(false) => self
                 .dir
                 .remove_file(path.as_std_path())

@@ -536,6 +536,7 @@ fn outcome_strategy() -> impl Strategy<Value = Outcome> {
         1 => Just(Outcome::Memory),
         1 => Just(Outcome::Quota),
         1 => Just(Outcome::Trap),
+        1 => Just(Outcome::LimitExceeded),
     ]
 }
 
