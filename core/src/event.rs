@@ -52,6 +52,11 @@ pub enum Outcome {
     Quota,
     /// Any other wasm trap (unreachable, stack overflow, bad module).
     Trap,
+    /// The guest finished, but what it left in the workspace is past a
+    /// bound of the host's work after the run (see [`ExecutionLimit`]): the
+    /// execution is recorded with what could be recorded, and its
+    /// [`ExecutionScan`] says which bound and what was left out.
+    LimitExceeded,
 }
 
 impl Outcome {
@@ -65,6 +70,7 @@ impl Outcome {
             Outcome::Memory => "memory",
             Outcome::Quota => "quota",
             Outcome::Trap => "trap",
+            Outcome::LimitExceeded => "limit_exceeded",
         }
     }
 }
@@ -156,6 +162,60 @@ pub struct SessionExecuted {
     pub stderr_truncated: bool,
     /// The limits it ran under.
     pub limits: RecordedLimits,
+    /// The host's scan of the workspace after the run (absent in events
+    /// recorded before it was reported). Boxed: most events never carry it
+    /// and `Event` stays small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Box<ExecutionScan>>,
+}
+
+/// A bound of the host's work after a run, past which not everything the
+/// guest left could be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionLimit {
+    /// More changed files than one execution may record.
+    ChangedFiles,
+    /// Directories nested deeper than a workspace path can name.
+    ScanDepth,
+    /// More workspace entries than a scan visits.
+    ScanEntries,
+    /// More bytes of changed files than the hash budget.
+    HashBytes,
+    /// The scan and hashing ran past their deadline.
+    ScanTime,
+}
+
+impl ExecutionLimit {
+    /// The snake_case name used in events, JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionLimit::ChangedFiles => "changed_files",
+            ExecutionLimit::ScanDepth => "scan_depth",
+            ExecutionLimit::ScanEntries => "scan_entries",
+            ExecutionLimit::HashBytes => "hash_bytes",
+            ExecutionLimit::ScanTime => "scan_time",
+        }
+    }
+}
+
+/// What the host's scan after a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionScan {
+    /// Wall time of the scan and hashing after the run, milliseconds.
+    pub scan_ms: u64,
+    /// The bound that kept some changes from being recorded, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<ExecutionLimit>,
+    /// Changes found (files written or deleted), recorded or not.
+    pub files_changed_total: u64,
+    /// Changes recorded as `file.written` / `file.deleted` events.
+    pub files_recorded: u64,
+    /// With a limit: blake3 of the full sorted change list that was found
+    /// (see the engine's `changes_digest` for the encoding), so what was
+    /// left out is still pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_digest: Option<Hash>,
 }
 
 /// `file.written`
@@ -286,6 +346,24 @@ pub enum Drift {
 pub struct WorkspaceDriftDetected {
     /// What differs.
     pub drift: Vec<Drift>,
+    /// Present when one detection was split over several events (appended
+    /// in one batch) or summarised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<DriftSplit>,
+}
+
+/// One part of a drift detection too big for one event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftSplit {
+    /// This event's index among the detection's events, from 0.
+    pub part: u32,
+    /// How many events the detection was recorded in.
+    pub parts: u32,
+    /// Items in the whole detection; more than the parts hold when it was
+    /// summarised.
+    pub items_total: u64,
+    /// blake3 of the whole detection's items (JSON array of them).
+    pub items_digest: Hash,
 }
 
 /// `prune.run.started`

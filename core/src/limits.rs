@@ -56,3 +56,32 @@ pub const PATH_TEXT_BYTES_MAX: usize = 4 * PATH_BYTES_MAX;
 // A path at its longest text still fits in one payload, with room for the
 // rest of the event (JSON may escape each of its characters again).
 const _: () = assert!(PATH_TEXT_BYTES_MAX * 6 <= PAYLOAD_BYTES_MAX);
+
+/// Most drift items in one `workspace.drift.detected` event.
+///
+/// Why 1,000: an item is a path (at most `PATH_BYTES_MAX`) and up to two
+/// hashes, a few hundred bytes typically; a thousand keeps an event far
+/// below `PAYLOAD_BYTES_MAX` while a big drift takes few events. A
+/// detection with more items is split over several events appended in one
+/// batch (each event is also kept under `DRIFT_EVENT_BYTES_MAX`).
+pub const DRIFT_ITEMS_PER_EVENT_MAX: usize = 1_000;
+
+/// Most payload bytes one `workspace.drift.detected` event is filled to
+/// before the rest of the detection goes to the next event: half the
+/// payload limit, leaving room for the event's other fields.
+pub const DRIFT_EVENT_BYTES_MAX: usize = PAYLOAD_BYTES_MAX / 2;
+
+/// Most drift items recorded for one session by one reconcile run.
+///
+/// Why 100,000: a workspace changed behind sandlog's back can hold
+/// millions of files, and recording each would grow the log without bound.
+/// Past it the detection is summarised: the first items are recorded and
+/// every event of the detection carries the total and a digest of all
+/// items.
+pub const DRIFT_ITEMS_MAX: usize = 100_000;
+
+const _: () = assert!(DRIFT_ITEMS_PER_EVENT_MAX <= DRIFT_ITEMS_MAX);
+// A drift item (a path and two hashes, JSON-escaped) fits in one event.
+const _: () = assert!(PATH_BYTES_MAX * 6 + 1024 <= DRIFT_EVENT_BYTES_MAX);
+// Even at one item per event, a whole detection is one append.
+const _: () = assert!(DRIFT_ITEMS_MAX <= BATCH_EVENTS_MAX);

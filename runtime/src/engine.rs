@@ -9,10 +9,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandlog_core::event::{
-    Event, FileDeleted, FileWritten, RecordedLimits, SessionCreated, SessionExecuted, WrittenBy,
+    Event, ExecutionLimit, ExecutionScan, FileDeleted, FileWritten, RecordedLimits, SessionCreated,
+    SessionExecuted, WrittenBy,
 };
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{
@@ -24,8 +25,9 @@ use sandlog_projections::{SessionState, SessionStatus};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
+use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{self, ExecLimits, LoadedModule, ReadonlyMount, RunRequest, Sandbox};
-use crate::workspace::{Workspace, fsync_dir};
+use crate::workspace::{ScanLimits, Workspace, fsync_dir};
 
 /// The database file under the root.
 pub const DATABASE_FILE: &str = "sandlog.db";
@@ -233,6 +235,15 @@ pub struct Execution {
     pub message: Option<String>,
     /// Position of the `session.executed` event.
     pub position: u64,
+    /// Wall time of the host's scan and hashing after the run,
+    /// milliseconds (part of the execution's cost not in `duration_ms`).
+    pub scan_ms: u64,
+    /// The bound of the host's work after the run that kept some changes
+    /// from being recorded, if any.
+    pub limit: Option<ExecutionLimit>,
+    /// Changes found after the run, recorded or not (`files_written` and
+    /// `files_deleted` list the recorded ones).
+    pub files_changed_total: u64,
 }
 
 fn lossy<S: serde::Serializer>(
@@ -458,7 +469,13 @@ impl Engine {
         let limits = self.limits(&request.limits);
         let workspace_path = self.layout.workspace(session_id);
         let workspace = Workspace::open(&workspace_path)?;
-        let before = workspace.scan()?;
+        // Bounded like the scan after the run; a workspace past the bounds
+        // before the run only costs the run some hashing afterwards.
+        let scan_limits = ScanLimits {
+            entries_max: limits.scan_entries_max,
+            ..ScanLimits::default()
+        };
+        let before = workspace.scan_bounded(&scan_limits)?.files;
         let code_hash = self.store.put_blob(&request.code)?;
 
         let mut run = RunRequest::new(&workspace_path);
@@ -469,37 +486,46 @@ impl Engine {
         run.limits = limits.clone();
         let report = self.sandbox()?.run(&module, run)?;
 
-        let after = workspace.scan()?;
-        let mut written = Vec::new();
-        let mut deleted = Vec::new();
-        for (path, scanned) in &after {
-            let known = session.files.get(path);
-            let untouched = before.get(path) == Some(scanned)
-                && known.is_some_and(|file| file.size == scanned.size);
-            if untouched {
-                continue;
-            }
-            let blake3 = workspace.hash(path)?;
-            if known.is_some_and(|file| file.blake3 == blake3) {
-                continue;
-            }
-            written.push(FileWritten {
-                path: path.clone(),
-                size: scanned.size,
-                blake3,
-                by: WrittenBy::Guest,
-            });
-        }
-        for path in session.files.keys() {
-            if !after.contains_key(path) {
-                deleted.push(FileDeleted {
-                    path: path.clone(),
-                    by: WrittenBy::Guest,
-                });
-            }
-        }
+        // The host's work after the run is bounded by the run's own limits
+        // (see `crate::scan`), and an execution is recorded whatever the
+        // guest left behind.
+        let scan_started = Instant::now();
+        let deadline = scan_started + limits.timeout.max(SCAN_TIME_MIN);
+        let after = workspace.scan_bounded(&ScanLimits {
+            deadline: Some(deadline),
+            ..scan_limits
+        })?;
+        let changes = crate::scan::changes(
+            &workspace,
+            &session.files,
+            &before,
+            &after,
+            &crate::scan::Bounds {
+                changed_files_max: limits.changed_files_max,
+                hash_bytes_max: limits.workspace_bytes_max,
+                deadline,
+            },
+        )?;
+        let scan_ms = u64::try_from(scan_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let written = changes.written;
+        let deleted = changes.deleted;
+        let files_recorded = (written.len() + deleted.len()) as u64;
 
-        let outcome = report.outcome;
+        // A bound of the host's work turns a run that ended on its own (ok
+        // or error) into `limit_exceeded`; a run that ended on a limit of
+        // its own keeps that outcome, and the scan names the bound either
+        // way.
+        let (outcome, message) = match changes.limit {
+            Some(limit) if matches!(report.outcome, Outcome::Ok | Outcome::Error) => (
+                Outcome::LimitExceeded,
+                Some(format!(
+                    "the workspace after the run is past the {} bound; {files_recorded} of {} changes recorded",
+                    limit.as_str(),
+                    changes.total
+                )),
+            ),
+            _ => (report.outcome, report.trap_message),
+        };
         let executed = SessionExecuted {
             runtime: request.runtime.name(),
             runtime_blake3: Hash(*module.blake3().as_bytes()),
@@ -521,6 +547,13 @@ impl Engine {
                 memory_bytes: limits.memory_bytes,
                 workspace_bytes: limits.workspace_bytes_max,
             },
+            scan: Some(Box::new(ExecutionScan {
+                scan_ms,
+                limit: changes.limit,
+                files_changed_total: changes.total,
+                files_recorded,
+                changes_digest: changes.limit.map(|_| changes.digest),
+            })),
         };
         let executed_event = self.event(&Event::SessionExecuted(executed));
         let cause = Some(executed_event.event_id.0);
@@ -549,8 +582,11 @@ impl Engine {
             duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
             files_written: written.into_iter().map(|file| file.path).collect(),
             files_deleted: deleted.into_iter().map(|file| file.path).collect(),
-            message: report.trap_message,
+            message,
             position,
+            scan_ms,
+            limit: changes.limit,
+            files_changed_total: changes.total,
         })
     }
 

@@ -27,6 +27,9 @@ pub mod sandbox;
 pub mod verify;
 pub mod workspace;
 
+mod scan;
+mod tree;
+
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
 pub use engine::{Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, Runtime};

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::workspace::{dir_size, fsync_dir};
+use crate::workspace::fsync_dir;
 
 /// Injects failures into destructive steps: for tests and chaos drills
 /// (the seed scenario "permission denied on one session" cannot be staged
@@ -109,23 +109,15 @@ impl Engine {
     /// returns the bytes it held.
     pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
         let path = self.layout.workspace(session_id);
-        let bytes =
-            dir_size(&path).map_err(RuntimeError::io(format!("measuring {}", path.display())))?;
         if let Some(fault) = &self.options.fault {
             fault
                 .before_remove(session_id, &path)
                 .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         }
-        match std::fs::remove_dir_all(&path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => {
-                return Err(RuntimeError::Io {
-                    context: format!("removing {}", path.display()),
-                    source: error,
-                });
-            }
-        }
+        // By directory handle: any tree a guest can build (deeper than
+        // PATH_MAX, say) is measured and removed with O(1) descriptors.
+        let bytes = crate::workspace::remove_dir_tree(&path)
+            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
             "syncing {}",
             self.layout.workspaces.display()

@@ -8,15 +8,30 @@ use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
-use sandlog_core::limits::BLOB_BYTES_MAX;
+use std::time::Instant;
+
+use sandlog_core::event::ExecutionLimit;
+use sandlog_core::limits::{BLOB_BYTES_MAX, PATH_DEPTH_MAX};
+use sandlog_core::path::PathError;
 use sandlog_core::{Hash, WorkspacePath};
 
 use crate::error::{Result, RuntimeError};
+use crate::tree::Visit;
 
 /// Most entries a workspace scan visits before giving up. Bounds the time
 /// and memory of the post-execution comparison; the sandbox's entry quota
 /// is lower, so only a workspace changed behind sandlog's back hits this.
 pub const SCAN_ENTRIES_MAX: usize = 1_000_000;
+
+/// Deepest directory nesting a scan descends into, in components: the
+/// deepest a workspace path can name ([`PATH_DEPTH_MAX`]). Deeper entries
+/// cannot be recorded under any name; a scan that meets them says so
+/// ([`ExecutionLimit::ScanDepth`]) instead of failing.
+pub const SCAN_DEPTH_MAX: usize = PATH_DEPTH_MAX;
+
+/// A scan checks its deadline once per this many entries (a clock read per
+/// entry would cost more than the entry).
+const DEADLINE_CHECK_ENTRIES: u64 = 256;
 
 /// Buffer for streaming a file through blake3.
 const HASH_BUFFER_BYTES: usize = 64 * 1024;
@@ -152,10 +167,18 @@ impl Workspace {
             Some(true) if !recursive => Err(RuntimeError::IsDirectory {
                 path: path.to_string(),
             }),
-            Some(true) => self
-                .dir
-                .remove_dir_all(path.as_std_path())
-                .map_err(self.map_error(path, "deleting")),
+            // By handle (cap-std's `remove_dir_all` holds a descriptor
+            // per level, which a guest-built deep tree exhausts).
+            Some(true) => {
+                let parent = match path.parent() {
+                    Some(parent) => self.dir.open_dir(parent.as_std_path()),
+                    None => self.dir.try_clone(),
+                }
+                .map_err(self.map_error(path, "deleting"))?;
+                crate::tree::remove_tree(&parent, Path::new(path.file_name()))
+                    .map(|_| ())
+                    .map_err(self.map_error(path, "deleting"))
+            }
             Some(false) => self
                 .dir
                 .remove_file(path.as_std_path())
@@ -186,101 +209,272 @@ impl Workspace {
         Ok(Hash(*hasher.finalize().as_bytes()))
     }
 
-    /// Every regular file, by path, without following symlinks. Entries
-    /// whose names are not valid workspace paths (not UTF-8, say) are
-    /// skipped with a warning: sandlog cannot name them.
-    pub fn scan(&self) -> Result<BTreeMap<WorkspacePath, Scanned>> {
-        let mut files = BTreeMap::new();
-        let mut pending: Vec<Option<WorkspacePath>> = vec![None];
-        let mut visited = 0usize;
-        while let Some(directory) = pending.pop() {
-            let entries = match &directory {
-                None => self.dir.entries(),
-                Some(path) => self.dir.read_dir(path.as_std_path()),
+    /// blake3 of a file's contents, streamed, reading at most `bytes_max`
+    /// bytes: `None` if the file holds more (it is not read past the
+    /// budget, so a huge or sparse file costs at most `bytes_max` of
+    /// reading). Otherwise the hash and the number of bytes it covers,
+    /// which is the file's size as read (a file that changed since it was
+    /// listed is recorded as it was read, never with a size its hash does
+    /// not cover).
+    pub fn hash_bounded(
+        &self,
+        path: &WorkspacePath,
+        bytes_max: u64,
+    ) -> Result<Option<(Hash, u64)>> {
+        let file = self
+            .dir
+            .open(path.as_std_path())
+            .map_err(self.map_error(path, "hashing"))?;
+        let mut reader = file.take(bytes_max.saturating_add(1));
+        let mut hasher = blake3::Hasher::new();
+        let mut buffer = vec![0u8; HASH_BUFFER_BYTES];
+        let mut total = 0u64;
+        loop {
+            let read = reader
+                .read(&mut buffer)
+                .map_err(self.map_error(path, "hashing"))?;
+            let Some(chunk) = buffer.get(..read) else {
+                break;
+            };
+            if chunk.is_empty() {
+                break;
             }
-            .map_err(RuntimeError::io(format!(
-                "scanning {}",
-                self.path.display()
-            )))?;
-            for entry in entries {
-                visited += 1;
-                if visited > SCAN_ENTRIES_MAX {
-                    return Err(RuntimeError::Io {
-                        context: format!("scanning {}", self.path.display()),
-                        source: std::io::Error::other(format!(
-                            "more than {SCAN_ENTRIES_MAX} entries"
-                        )),
-                    });
-                }
-                let entry = entry.map_err(RuntimeError::io(format!(
-                    "scanning {}",
-                    self.path.display()
-                )))?;
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else {
-                    tracing::warn!(workspace = %self.path.display(), "skipping an entry whose name is not UTF-8");
-                    continue;
-                };
-                let joined = match &directory {
-                    None => WorkspacePath::parse(name),
-                    Some(parent) => parent.join(name),
-                };
-                let Ok(path) = joined else {
-                    tracing::warn!(workspace = %self.path.display(), name, "skipping an entry sandlog cannot name");
-                    continue;
-                };
-                let file_type = entry
-                    .file_type()
-                    .map_err(RuntimeError::io(format!("scanning {path}")))?;
-                if file_type.is_dir() {
-                    pending.push(Some(path));
-                } else if file_type.is_file() {
-                    let metadata = entry
-                        .metadata()
-                        .map_err(RuntimeError::io(format!("scanning {path}")))?;
-                    let mtime_ns = metadata
-                        .modified()
-                        .ok()
-                        .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
-                        .map_or(0, |duration| duration.as_nanos() as i128);
-                    files.insert(
-                        path,
-                        Scanned {
-                            size: metadata.len(),
-                            mtime_ns,
-                        },
-                    );
-                }
+            total = total.saturating_add(chunk.len() as u64);
+            if total > bytes_max {
+                return Ok(None);
             }
+            hasher.update(chunk);
         }
-        Ok(files)
+        Ok(Some((Hash(*hasher.finalize().as_bytes()), total)))
+    }
+
+    /// Every regular file, by path, without following symlinks, under
+    /// [`ScanLimits::default`]. Entries whose names are not valid workspace
+    /// paths (not UTF-8, say) are skipped with a warning: sandlog cannot
+    /// name them.
+    ///
+    /// # Errors
+    ///
+    /// More than [`SCAN_ENTRIES_MAX`] entries is an I/O error naming the
+    /// limit (callers that must record what they saw use
+    /// [`Workspace::scan_bounded`]).
+    pub fn scan(&self) -> Result<BTreeMap<WorkspacePath, Scanned>> {
+        let scan = self.scan_bounded(&ScanLimits::default())?;
+        if scan.stopped == Some(ExecutionLimit::ScanEntries) {
+            return Err(RuntimeError::Io {
+                context: format!("scanning {}", self.path.display()),
+                source: std::io::Error::other(format!("more than {SCAN_ENTRIES_MAX} entries")),
+            });
+        }
+        Ok(scan.files)
+    }
+
+    /// Every regular file, by path, walking by directory handle (so depth
+    /// costs no file descriptors and no host path length), within `limits`.
+    /// Past the entry limit or the deadline the walk stops; deeper than a
+    /// workspace path can name (more than [`SCAN_DEPTH_MAX`] components or
+    /// [`PATH_BYTES_MAX`](sandlog_core::limits::PATH_BYTES_MAX) bytes) it does not descend. Either way
+    /// [`Scan::stopped`] names the limit and the files seen so far are
+    /// returned.
+    pub fn scan_bounded(&self, limits: &ScanLimits) -> Result<Scan> {
+        let mut scanner = Scanner {
+            limits,
+            files: BTreeMap::new(),
+            visited: 0,
+            stopped: None,
+            workspace: &self.path,
+            prefix: None,
+            prefix_of: Vec::new(),
+        };
+        crate::tree::walk(&self.dir, &mut scanner).map_err(RuntimeError::io(format!(
+            "scanning {}",
+            self.path.display()
+        )))?;
+        Ok(Scan {
+            files: scanner.files,
+            stopped: scanner.stopped,
+        })
+    }
+}
+
+/// Bounds of one workspace scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanLimits {
+    /// Most entries visited; past it the scan stops
+    /// ([`ExecutionLimit::ScanEntries`]).
+    pub entries_max: u64,
+    /// Deepest directory nesting descended into, in components; deeper
+    /// directories are not descended into ([`ExecutionLimit::ScanDepth`]).
+    pub depth_max: usize,
+    /// When the scan gives up ([`ExecutionLimit::ScanTime`]); none means no
+    /// deadline.
+    pub deadline: Option<Instant>,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits {
+            entries_max: SCAN_ENTRIES_MAX as u64,
+            depth_max: SCAN_DEPTH_MAX,
+            deadline: None,
+        }
+    }
+}
+
+/// What a bounded scan found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// Regular files seen.
+    pub files: BTreeMap<WorkspacePath, Scanned>,
+    /// The limit that kept the scan from seeing everything, if any. With
+    /// [`ExecutionLimit::ScanDepth`] every directory a workspace path can
+    /// name was seen; with the others, the scan ended early.
+    pub stopped: Option<ExecutionLimit>,
+}
+
+struct Scanner<'a> {
+    limits: &'a ScanLimits,
+    files: BTreeMap<WorkspacePath, Scanned>,
+    visited: u64,
+    stopped: Option<ExecutionLimit>,
+    workspace: &'a Path,
+    /// The workspace path of the directory being listed, cached for the
+    /// `parents` it was computed from (a directory's entries are listed
+    /// together).
+    prefix: Option<WorkspacePath>,
+    prefix_of: Vec<std::ffi::OsString>,
+}
+
+impl Scanner<'_> {
+    fn prefix(&mut self, parents: &[std::ffi::OsString]) -> Option<Option<WorkspacePath>> {
+        if parents.is_empty() {
+            return Some(None);
+        }
+        if self.prefix_of.as_slice() != parents {
+            let joined: Option<Vec<&str>> = parents.iter().map(|name| name.to_str()).collect();
+            self.prefix = joined.and_then(|names| WorkspacePath::parse(&names.join("/")).ok());
+            self.prefix_of = parents.to_vec();
+        }
+        self.prefix.clone().map(Some)
+    }
+}
+
+impl crate::tree::Visitor for Scanner<'_> {
+    fn entry(
+        &mut self,
+        parents: &[std::ffi::OsString],
+        entry: &cap_std::fs::DirEntry,
+    ) -> std::io::Result<Visit> {
+        self.visited += 1;
+        if self.visited > self.limits.entries_max {
+            self.stopped = Some(ExecutionLimit::ScanEntries);
+            return Ok(Visit::Stop);
+        }
+        if self.visited.is_multiple_of(DEADLINE_CHECK_ENTRIES)
+            && self
+                .limits
+                .deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            self.stopped = Some(ExecutionLimit::ScanTime);
+            return Ok(Visit::Stop);
+        }
+        let Some(parent) = self.prefix(parents) else {
+            // The directory itself could not be named (it was descended
+            // into only because it could): nothing under it can be.
+            return Ok(Visit::Next);
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            tracing::warn!(workspace = %self.workspace.display(), "skipping an entry whose name is not UTF-8");
+            return Ok(Visit::Next);
+        };
+        let joined = match &parent {
+            None => WorkspacePath::parse(name),
+            Some(parent) => parent.join(name),
+        };
+        let file_type = entry.file_type()?;
+        let path = match joined {
+            Ok(path) => path,
+            Err(sandlog_core::CoreError::InvalidPath {
+                reason: PathError::TooLong | PathError::TooDeep,
+                ..
+            }) => {
+                self.note_too_deep();
+                return Ok(Visit::Next);
+            }
+            Err(_) => {
+                tracing::warn!(workspace = %self.workspace.display(), name, "skipping an entry sandlog cannot name");
+                return Ok(Visit::Next);
+            }
+        };
+        if file_type.is_dir() {
+            if parents.len() + 1 >= self.limits.depth_max {
+                self.note_too_deep();
+                return Ok(Visit::Next);
+            }
+            return Ok(Visit::Descend);
+        }
+        if file_type.is_file() {
+            let metadata = match entry.metadata() {
+                Ok(metadata) => metadata,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Visit::Next);
+                }
+                Err(error) => return Err(error),
+            };
+            let mtime_ns = metadata
+                .modified()
+                .ok()
+                .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |duration| duration.as_nanos() as i128);
+            self.files.insert(
+                path,
+                Scanned {
+                    size: metadata.len(),
+                    mtime_ns,
+                },
+            );
+        }
+        Ok(Visit::Next)
+    }
+}
+
+impl Scanner<'_> {
+    fn note_too_deep(&mut self) {
+        if self.stopped.is_none() {
+            self.stopped = Some(ExecutionLimit::ScanDepth);
+        }
     }
 }
 
 /// Total size of the regular files under `path`, not following symlinks
-/// (what deleting it reclaims). A missing directory is 0.
+/// (what deleting it reclaims), walking by directory handle. A missing
+/// directory is 0.
 pub fn dir_size(path: &Path) -> std::io::Result<u64> {
-    let mut total = 0u64;
-    let mut pending = vec![path.to_owned()];
-    while let Some(directory) = pending.pop() {
-        let entries = match std::fs::read_dir(&directory) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && directory == path => {
-                return Ok(0);
-            }
-            Err(error) => return Err(error),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let file_type = entry.file_type()?;
-            if file_type.is_dir() {
-                pending.push(entry.path());
-            } else if file_type.is_file() {
-                total = total.saturating_add(entry.metadata()?.len());
-            }
-        }
+    match Dir::open_ambient_dir(path, ambient_authority()) {
+        Ok(dir) => crate::tree::tree_bytes(&dir),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(error),
     }
-    Ok(total)
+}
+
+/// Removes the directory `path` with everything in it, walking by directory
+/// handle (any depth, O(1) file descriptors, never following a symlink);
+/// returns the bytes its regular files held. A missing directory is 0.
+pub fn remove_dir_tree(path: &Path) -> std::io::Result<u64> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} has no parent directory", path.display()),
+        ));
+    };
+    let parent = match Dir::open_ambient_dir(parent, ambient_authority()) {
+        Ok(parent) => parent,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error),
+    };
+    crate::tree::remove_tree(&parent, Path::new(name))
 }
 
 /// fsyncs a directory, so a create, rename or delete inside it is durable.

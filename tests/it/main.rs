@@ -8,6 +8,8 @@ mod engine;
 mod eventstore;
 /// Hostile file names: lossless names, nothing outside the workspace.
 mod hostile_names;
+/// Hostile workspaces and the bounds of the host's work after a run.
+mod hostile_scan;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.

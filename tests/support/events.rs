@@ -115,6 +115,7 @@ pub fn executed(outcome: Outcome) -> Event {
             memory_bytes: 256 << 20,
             workspace_bytes: 1 << 30,
         },
+        scan: None,
     })
 }
 
@@ -181,6 +182,7 @@ pub fn session_deleted(reclaimed_bytes: u64) -> Event {
 pub fn drift_detected() -> Event {
     Event::WorkspaceDriftDetected(WorkspaceDriftDetected {
         drift: vec![Drift::MissingDirectory],
+        split: None,
     })
 }
 
@@ -534,6 +536,7 @@ fn outcome_strategy() -> impl Strategy<Value = Outcome> {
         1 => Just(Outcome::Memory),
         1 => Just(Outcome::Quota),
         1 => Just(Outcome::Trap),
+        1 => Just(Outcome::LimitExceeded),
     ]
 }
 

@@ -80,6 +80,9 @@ pub fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliE
             "files_deleted": execution.files_deleted,
             "message": execution.message,
             "position": execution.position,
+            "scan_ms": execution.scan_ms,
+            "limit": execution.limit,
+            "files_changed_total": execution.files_changed_total,
         }))?;
     } else {
         let _ = std::io::stdout().lock().write_all(&execution.stdout);

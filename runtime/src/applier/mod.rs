@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use sandlog_core::event::{
-    Event, ReconcileRunCompleted, WorkspaceDriftDetected, WorkspaceOrphanPurged,
+    Drift, DriftSplit, Event, ReconcileRunCompleted, WorkspaceDriftDetected, WorkspaceOrphanPurged,
     WorkspaceOrphanQuarantined,
 };
-use sandlog_core::{SessionId, StreamId};
+use sandlog_core::limits::{DRIFT_EVENT_BYTES_MAX, DRIFT_ITEMS_MAX, DRIFT_ITEMS_PER_EVENT_MAX};
+use sandlog_core::{Hash, SessionId, StreamId};
 use sandlog_eventstore::{ExpectedVersion, LogFilter};
 use sandlog_projections::query;
 use serde::Serialize;
@@ -26,7 +27,7 @@ use self::plan::{Action, Intent, Observed, ProjectedSession};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::lifecycle::Progress;
-use crate::workspace::{Workspace, dir_size, fsync_dir};
+use crate::workspace::{Workspace, dir_size, fsync_dir, remove_dir_tree};
 
 /// How young a UUID-named directory with no session may be before it is
 /// judged an orphan. Creating a session makes its directory a moment before
@@ -158,17 +159,34 @@ impl Engine {
         Ok(projected)
     }
 
-    /// The drift last recorded for a session.
-    fn last_drift(&self, session_id: SessionId) -> Result<Vec<sandlog_core::event::Drift>> {
+    /// The drift last recorded for a session (the parts of a split
+    /// detection put back together; only the recorded items of a
+    /// summarised one) and the digest of the whole detection.
+    fn last_drift(&self, session_id: SessionId) -> Result<(Vec<Drift>, Option<Hash>)> {
         let filter = LogFilter {
             stream: Some(session_id.stream()),
             kinds: vec!["workspace.drift.detected".to_owned()],
             ..LogFilter::default()
         };
-        let mut last = Vec::new();
+        let mut last = (Vec::new(), None);
+        let mut parts: Vec<Drift> = Vec::new();
         for envelope in self.store.query(filter) {
             if let Ok(Some(Event::WorkspaceDriftDetected(detected))) = envelope?.event() {
-                last = detected.drift;
+                match detected.split {
+                    None => {
+                        let digest = drift_digest(&detected.drift);
+                        last = (detected.drift, Some(digest));
+                    }
+                    Some(split) => {
+                        if split.part == 0 {
+                            parts.clear();
+                        }
+                        parts.extend(detected.drift);
+                        if split.part.saturating_add(1) >= split.parts {
+                            last = (std::mem::take(&mut parts), Some(split.items_digest));
+                        }
+                    }
+                }
             }
         }
         Ok(last)
@@ -186,14 +204,25 @@ impl Engine {
             .iter()
             .any(|action| matches!(action, Action::RecordDrift { .. }))
         {
+            let mut last_digests = BTreeMap::new();
             for action in &actions {
                 if let Action::RecordDrift { session_id, .. } = action
                     && let Some(session) = projected.get_mut(session_id)
                 {
-                    session.last_drift = self.last_drift(*session_id)?;
+                    let (drift, digest) = self.last_drift(*session_id)?;
+                    session.last_drift = drift;
+                    last_digests.insert(*session_id, digest);
                 }
             }
             actions = plan::plan(&projected, &observed);
+            // A summarised detection cannot be put back together from its
+            // events; its digest says whether the drift is the same.
+            actions.retain(|action| match action {
+                Action::RecordDrift { session_id, drift } => {
+                    last_digests.get(session_id).copied().flatten() != Some(drift_digest(drift))
+                }
+                _ => true,
+            });
         }
         Ok((actions, observed))
     }
@@ -286,16 +315,17 @@ impl Engine {
             Action::Orphan { dir_name, .. } => {
                 let name = dir_name.to_string();
                 let source = self.layout.workspaces.join(&name);
-                let bytes = dir_size(&source)
-                    .map_err(RuntimeError::io(format!("measuring {}", source.display())))?;
-                let event = if options.purge_orphans {
-                    std::fs::remove_dir_all(&source)
+                let (bytes, event) = if options.purge_orphans {
+                    let bytes = remove_dir_tree(&source)
                         .map_err(RuntimeError::io(format!("purging {}", source.display())))?;
-                    Event::WorkspaceOrphanPurged(WorkspaceOrphanPurged {
+                    let event = Event::WorkspaceOrphanPurged(WorkspaceOrphanPurged {
                         dir_name: name.clone(),
                         bytes,
-                    })
+                    });
+                    (bytes, event)
                 } else {
+                    let bytes = dir_size(&source)
+                        .map_err(RuntimeError::io(format!("measuring {}", source.display())))?;
                     std::fs::create_dir_all(&self.layout.quarantine).map_err(RuntimeError::io(
                         format!("creating {}", self.layout.quarantine.display()),
                     ))?;
@@ -309,11 +339,12 @@ impl Engine {
                     )))?;
                     fsync_dir(&self.layout.quarantine)
                         .map_err(RuntimeError::io("syncing quarantine"))?;
-                    Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
+                    let event = Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
                         dir_name: name.clone(),
                         bytes,
                         moved_to: format!("{}/{target_name}", crate::engine::QUARANTINE_DIR),
-                    })
+                    });
+                    (bytes, event)
                 };
                 fsync_dir(&self.layout.workspaces)
                     .map_err(RuntimeError::io("syncing workspaces"))?;
@@ -325,17 +356,84 @@ impl Engine {
                 tracing::info!(target: "sandlog::applier", dir = %name, bytes, purged = options.purge_orphans, "orphan handled");
             }
             Action::RecordDrift { session_id, drift } => {
-                let event = Event::WorkspaceDriftDetected(WorkspaceDriftDetected {
-                    drift: drift.clone(),
-                });
-                self.store.append(
-                    session_id.stream(),
-                    ExpectedVersion::Any,
-                    &[applier_event(&event)],
-                )?;
+                let events: Vec<_> = drift_events(drift)
+                    .into_iter()
+                    .map(|detected| applier_event(&Event::WorkspaceDriftDetected(detected)))
+                    .collect();
+                self.store
+                    .append(session_id.stream(), ExpectedVersion::Any, &events)?;
                 tracing::warn!(target: "sandlog::applier", %session_id, items = drift.len(), "drift recorded");
             }
         }
         Ok(())
     }
+}
+
+/// blake3 of a drift list as a JSON array: what [`DriftSplit::items_digest`]
+/// covers.
+pub fn drift_digest(drift: &[Drift]) -> Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"[");
+    for (index, item) in drift.iter().enumerate() {
+        if index > 0 {
+            hasher.update(b",");
+        }
+        hasher.update(&drift_item_bytes(item));
+    }
+    hasher.update(b"]");
+    Hash(*hasher.finalize().as_bytes())
+}
+
+/// A drift item as JSON. Drift items hold only strings and hashes, which
+/// always serialise; an empty encoding would only weaken the digest.
+fn drift_item_bytes(item: &Drift) -> Vec<u8> {
+    serde_json::to_vec(item).unwrap_or_default()
+}
+
+/// The `workspace.drift.detected` payloads recording `drift`: one event as
+/// before when it fits, else parts of at most [`DRIFT_ITEMS_PER_EVENT_MAX`]
+/// items and [`DRIFT_EVENT_BYTES_MAX`] bytes, holding at most
+/// [`DRIFT_ITEMS_MAX`] items in all (past it the detection is summarised:
+/// each part carries the total and the digest of every item).
+pub fn drift_events(drift: &[Drift]) -> Vec<WorkspaceDriftDetected> {
+    let mut groups: Vec<Vec<Drift>> = Vec::new();
+    let mut current: Vec<Drift> = Vec::new();
+    let mut current_bytes = 0usize;
+    for item in drift.iter().take(DRIFT_ITEMS_MAX) {
+        let bytes = drift_item_bytes(item).len() + 1;
+        if !current.is_empty()
+            && (current.len() >= DRIFT_ITEMS_PER_EVENT_MAX
+                || current_bytes + bytes > DRIFT_EVENT_BYTES_MAX)
+        {
+            groups.push(std::mem::take(&mut current));
+            current_bytes = 0;
+        }
+        current_bytes += bytes;
+        current.push(item.clone());
+    }
+    if !current.is_empty() || groups.is_empty() {
+        groups.push(current);
+    }
+    if groups.len() == 1 && drift.len() <= DRIFT_ITEMS_MAX {
+        return groups
+            .into_iter()
+            .map(|drift| WorkspaceDriftDetected { drift, split: None })
+            .collect();
+    }
+    let parts = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    let items_digest = drift_digest(drift);
+    let items_total = drift.len() as u64;
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(part, items)| WorkspaceDriftDetected {
+            drift: items,
+            split: Some(DriftSplit {
+                part: u32::try_from(part).unwrap_or(u32::MAX),
+                parts,
+                items_total,
+                items_digest,
+            }),
+        })
+        .collect()
 }

@@ -161,6 +161,43 @@ pub const STDIN_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// packages and data sets.
 pub const READONLY_MOUNTS_MAX: usize = 16;
 
+/// Default cap on the entries the host's scan after a run visits.
+///
+/// Why 1,000,000: ten times the default entry quota, so a workspace within
+/// its quota is always scanned whole, while the scan's memory (a path and a
+/// size per file, ~100 bytes) stays near 100 MB at worst. Past it the scan
+/// stops, the execution is recorded as `limit_exceeded` (`scan_entries`)
+/// with the changes seen so far, and no deletion is inferred.
+pub const SCAN_ENTRIES_DEFAULT: u64 = 1_000_000;
+
+/// Hard ceiling on the scan entry cap: the entry quota's ceiling.
+pub const SCAN_ENTRIES_CEILING: u64 = WORKSPACE_ENTRIES_MAX;
+
+/// Most file changes (writes plus deletions) one execution records as
+/// events; also the default of [`ExecLimits::changed_files_max`].
+///
+/// Why 10,000: each change is one event of at most ~4.3 KB (a path of up
+/// to 4096 bytes), so one execution's append stays under ~45 MB and one
+/// SQLite transaction, far inside `BATCH_EVENTS_MAX`, and the database
+/// does not grow by ~1 KB per file for a guest that creates millions of
+/// files. Past it the first changes in path order are recorded, the
+/// outcome is `limit_exceeded` (`changed_files`) and `session.executed`
+/// carries the total and a digest of the full change list.
+pub const CHANGED_FILES_PER_EXEC_MAX: u64 = 10_000;
+
+/// Shortest time the host's scan and hashing after a run may take before
+/// giving up; the bound is the run's timeout, but never less than this.
+///
+/// Why 1 s: a run with a tiny timeout can still leave a workspace of
+/// ordinary size to scan (thousands of files scan in milliseconds). Past
+/// the bound the execution is recorded as `limit_exceeded` (`scan_time`)
+/// with what was scanned and hashed so far.
+pub const SCAN_TIME_MIN: Duration = Duration::from_secs(1);
+
+const _: () = assert!(SCAN_ENTRIES_DEFAULT <= SCAN_ENTRIES_CEILING);
+const _: () = assert!(WORKSPACE_ENTRIES_DEFAULT <= SCAN_ENTRIES_DEFAULT);
+// `session.executed` plus every recorded change is one append.
+const _: () = assert!(CHANGED_FILES_PER_EXEC_MAX < sandlog_core::limits::BATCH_EVENTS_MAX as u64);
 const _: () = assert!(TIMEOUT_MIN.as_nanos() <= TIMEOUT_DEFAULT.as_nanos());
 const _: () = assert!(TIMEOUT_DEFAULT.as_nanos() <= TIMEOUT_MAX.as_nanos());
 // The deadline is only checked on ticks, so a tick must be far shorter than
@@ -209,6 +246,12 @@ pub struct ExecLimits {
     /// Cap on the number of entries in the workspace, enforced like the
     /// byte quota.
     pub workspace_entries_max: u64,
+    /// Cap on the entries the host's scan after the run visits (see
+    /// [`SCAN_ENTRIES_DEFAULT`]).
+    pub scan_entries_max: u64,
+    /// Cap on the file changes one execution records (see
+    /// [`CHANGED_FILES_PER_EXEC_MAX`]).
+    pub changed_files_max: u64,
 }
 
 impl Default for ExecLimits {
@@ -221,6 +264,8 @@ impl Default for ExecLimits {
             stderr_bytes_max: OUTPUT_BYTES_DEFAULT,
             workspace_bytes_max: WORKSPACE_BYTES_DEFAULT,
             workspace_entries_max: WORKSPACE_ENTRIES_DEFAULT,
+            scan_entries_max: SCAN_ENTRIES_DEFAULT,
+            changed_files_max: CHANGED_FILES_PER_EXEC_MAX,
         }
     }
 }
@@ -270,6 +315,18 @@ impl ExecLimits {
             u128::from(self.workspace_entries_max),
             0,
             u128::from(WORKSPACE_ENTRIES_MAX),
+        )?;
+        check_range(
+            "scan_entries_max",
+            u128::from(self.scan_entries_max),
+            0,
+            u128::from(SCAN_ENTRIES_CEILING),
+        )?;
+        check_range(
+            "changed_files_max",
+            u128::from(self.changed_files_max),
+            0,
+            u128::from(CHANGED_FILES_PER_EXEC_MAX),
         )?;
         Ok(())
     }

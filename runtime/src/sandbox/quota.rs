@@ -15,10 +15,15 @@
 //! cost. Symlinks are never followed (a guest-made link to a big host file
 //! must not count, nor be read), and count as entries.
 
-use std::fs;
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, DirEntry};
+
+use crate::tree::{Visit, Visitor, Walked, walk};
 
 use super::limits::{QUOTA_CHECK_COST_RATIO, QUOTA_CHECK_INTERVAL};
 
@@ -38,47 +43,62 @@ pub(crate) enum Usage {
 
 /// Walks `root` without following symlinks and sums what it finds, stopping
 /// as soon as `bytes_max` or `entries_max` is passed (which bounds the walk's
-/// cost by `entries_max`).
+/// cost by `entries_max`). The walk goes by directory handle
+/// ([`crate::tree::walk`]): a tree of any depth is measured with O(1) file
+/// descriptors and no host path length limit, and a sparse file counts at
+/// its apparent length without being read.
 ///
 /// # Errors
 ///
 /// The first I/O error, except entries that vanish mid-walk (the guest may
 /// be deleting files while we look), which are skipped.
 pub(crate) fn measure(root: &Path, bytes_max: u64, entries_max: u64) -> io::Result<Usage> {
-    let mut bytes: u64 = 0;
-    let mut entries: u64 = 0;
-    let mut pending: Vec<PathBuf> = vec![root.to_path_buf()];
-    while let Some(directory) = pending.pop() {
-        let listing = match fs::read_dir(&directory) {
-            Ok(listing) => listing,
-            Err(error) if error.kind() == io::ErrorKind::NotFound && directory != root => continue,
-            Err(error) => return Err(error),
-        };
-        for entry in listing {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+    struct Measurer {
+        bytes: u64,
+        entries: u64,
+        bytes_max: u64,
+        entries_max: u64,
+    }
+    impl Visitor for Measurer {
+        fn entry(&mut self, _parents: &[OsString], entry: &DirEntry) -> io::Result<Visit> {
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Visit::Next),
                 Err(error) => return Err(error),
             };
-            // `DirEntry::metadata` does not traverse symlinks.
-            let metadata = match entry.metadata() {
-                Ok(metadata) => metadata,
-                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-                Err(error) => return Err(error),
-            };
-            entries = entries.saturating_add(1);
-            let file_type = metadata.file_type();
-            if file_type.is_dir() {
-                pending.push(entry.path());
-            } else if file_type.is_file() {
-                bytes = bytes.saturating_add(metadata.len());
+            self.entries = self.entries.saturating_add(1);
+            if file_type.is_file() {
+                // `DirEntry::metadata` does not traverse symlinks.
+                match entry.metadata() {
+                    Ok(metadata) => self.bytes = self.bytes.saturating_add(metadata.len()),
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    Err(error) => return Err(error),
+                }
             }
-            if bytes > bytes_max || entries > entries_max {
-                return Ok(Usage::Exceeded);
+            if self.bytes > self.bytes_max || self.entries > self.entries_max {
+                return Ok(Visit::Stop);
             }
+            Ok(if file_type.is_dir() {
+                Visit::Descend
+            } else {
+                Visit::Next
+            })
         }
     }
-    Ok(Usage::Within { bytes, entries })
+    let dir = Dir::open_ambient_dir(root, ambient_authority())?;
+    let mut measurer = Measurer {
+        bytes: 0,
+        entries: 0,
+        bytes_max,
+        entries_max,
+    };
+    match walk(&dir, &mut measurer)? {
+        Walked::Stopped => Ok(Usage::Exceeded),
+        Walked::Complete => Ok(Usage::Within {
+            bytes: measurer.bytes,
+            entries: measurer.entries,
+        }),
+    }
 }
 
 /// Decides when the running guest's workspace is measured next, and
@@ -146,6 +166,7 @@ fn interval_after(walk_duration: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     /// Goal: sizes and entries are summed, symlinks not followed, and the
     /// caps stop the walk. Method: a small tree in a temp dir.
