@@ -169,10 +169,7 @@ fn special_kind(file_type: &cap_std::fs::FileType) -> (&'static str, &'static st
             "a device node is not file contents: opening it reaches a device",
         )
     } else {
-        (
-            "unknown",
-            "not a regular file, a directory or a symlink",
-        )
+        ("unknown", "not a regular file, a directory or a symlink")
     }
 }
 
@@ -201,7 +198,8 @@ fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
                     "more than ADOPT_ENTRIES_MAX = {ADOPT_ENTRIES_MAX} entries; not adopted, left in place"
                 ));
             }
-            let entry = entry.map_err(|error| format!("reading {}: {error}", directory.display()))?;
+            let entry =
+                entry.map_err(|error| format!("reading {}: {error}", directory.display()))?;
             let name = entry.file_name();
             if depth == 0 && name == SEED_METADATA_FILE {
                 continue;
@@ -253,10 +251,8 @@ fn private_copy(dir: &Dir, path: &Path) -> std::io::Result<()> {
         .file_name()
         .ok_or_else(|| std::io::Error::other("no file name"))?
         .to_string_lossy();
-    let temporary = path.with_file_name(format!(
-        ".{name}.sandlog-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let temporary =
+        path.with_file_name(format!(".{name}.sandlog-{}", uuid::Uuid::new_v4().simple()));
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -482,10 +478,7 @@ impl Engine {
                             ));
                         }
                         Ok(_) => self.quarantine_entry(&dir, path, &quarantine)?.then(|| {
-                            format!(
-                                "{}/{quarantine_name}/{text}",
-                                crate::engine::QUARANTINE_DIR
-                            )
+                            format!("{}/{quarantine_name}/{text}", crate::engine::QUARANTINE_DIR)
                         }),
                     };
                     tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %text, kind, reason, moved_to = moved_to.as_deref().unwrap_or("deleted"), "adoption refused an entry");

@@ -779,7 +779,6 @@ impl Engine {
                         format_size(blob_max)
                     )
                 };
-                tracing::warn!(target: "sandlog::lifecycle", %session_id, %path, bytes_max, read, "host write refused: the input is larger than its limit");
                 return Err(RuntimeError::InputTooLarge {
                     path,
                     limit,
@@ -797,7 +796,9 @@ impl Engine {
         if blake3 != staged.blake3() {
             return Err(RuntimeError::Io {
                 context: format!("writing {path} in session {session_id}"),
-                source: std::io::Error::other("the stored blob's hash differs from the streamed one"),
+                source: std::io::Error::other(
+                    "the stored blob's hash differs from the streamed one",
+                ),
             });
         }
         staged.commit()?;

@@ -331,7 +331,7 @@ impl StagedWrite<'_> {
         let Some(file) = self.file.as_mut() else {
             return Err(map(std::io::Error::other("the staged file is closed")));
         };
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));
         let read = (|| -> std::io::Result<()> {
             file.seek(std::io::SeekFrom::Start(0))?;
             Read::by_ref(file)
@@ -340,8 +340,7 @@ impl StagedWrite<'_> {
             Ok(())
         })();
         read.map_err(map)?;
-        if bytes.len() as u64 != self.size
-            || Hash(*blake3::hash(&bytes).as_bytes()) != self.blake3
+        if bytes.len() as u64 != self.size || Hash(*blake3::hash(&bytes).as_bytes()) != self.blake3
         {
             return Err(self.workspace.map_error(&self.target, "reading back")(
                 std::io::Error::other("the staged file changed while it was written"),
@@ -350,17 +349,22 @@ impl StagedWrite<'_> {
         Ok(bytes)
     }
 
-    /// Renames the temporary file over the target.
+    /// Creates the target's parent directories and renames the temporary
+    /// file over the target.
     pub fn commit(mut self) -> Result<()> {
         self.file = None;
         let temporary = std::mem::take(&mut self.temporary);
-        self.workspace
-            .dir
-            .rename(&temporary, &self.workspace.dir, self.target.as_std_path())
-            .map_err(|error| {
-                let _ = self.workspace.dir.remove_file(&temporary);
-                self.workspace.map_error(&self.target, "writing")(error)
-            })
+        let dir = &self.workspace.dir;
+        let moved = (|| -> std::io::Result<()> {
+            if let Some(parent) = self.target.parent() {
+                dir.create_dir_all(parent.as_std_path())?;
+            }
+            dir.rename(&temporary, dir, self.target.as_std_path())
+        })();
+        moved.map_err(|error| {
+            let _ = dir.remove_file(&temporary);
+            self.workspace.map_error(&self.target, "writing")(error)
+        })
     }
 }
 
@@ -374,9 +378,9 @@ impl Drop for StagedWrite<'_> {
 }
 
 impl Workspace {
-    /// Streams `reader` into a temporary file beside `path` in chunks of
-    /// [`WRITE_CHUNK_BYTES`], hashing as it goes, and fsyncs it; creates
-    /// parent directories. An input longer than `bytes_max` stops the copy
+    /// Streams `reader` into a temporary file at the top of the workspace
+    /// in chunks of [`WRITE_CHUNK_BYTES`], hashing as it goes, and fsyncs
+    /// it. An input longer than `bytes_max` stops the copy
     /// as soon as the first byte past the limit is read, removes the
     /// temporary file and fails with [`RuntimeError::InputTooLarge`]:
     /// memory and disk use stay bounded whatever the input (`/dev/zero`
@@ -388,23 +392,13 @@ impl Workspace {
         bytes_max: u64,
     ) -> Result<StagedWrite<'_>> {
         let map = || self.map_error(path, "writing");
-        if let Some(parent) = path.parent() {
-            self.dir
-                .create_dir_all(parent.as_std_path())
-                .map_err(map())?;
-        }
-        let temporary = match path.parent() {
-            Some(parent) => format!(
-                "{parent}/.{}.sandlog-{}",
-                path.file_name(),
-                uuid::Uuid::new_v4().simple()
-            ),
-            None => format!(
-                ".{}.sandlog-{}",
-                path.file_name(),
-                uuid::Uuid::new_v4().simple()
-            ),
-        };
+        // Staged at the top of the workspace: the parent directories are
+        // made only on commit, so a refused write leaves nothing at all.
+        let temporary = format!(
+            ".{}.sandlog-{}",
+            path.file_name(),
+            uuid::Uuid::new_v4().simple()
+        );
         let mut options = OpenOptions::new();
         options.read(true).write(true).create_new(true);
         let file = self.dir.open_with(&temporary, &options).map_err(map())?;

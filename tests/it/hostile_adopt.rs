@@ -110,10 +110,7 @@ fn adopt_refuses_special_files_and_escaping_links_and_copies_hard_links() -> Tes
     assert_eq!(report.adopted, vec![id]);
     assert!(report.legacy.is_empty() && report.corrupted.is_empty());
     assert_eq!(report.skipped, Vec::<(String, String)>::new());
-    let quarantine = format!(
-        "quarantine/adopted-{id}.{}",
-        root.clock.now().unix_micros()
-    );
+    let quarantine = format!("quarantine/adopted-{id}.{}", root.clock.now().unix_micros());
     let refused = |path: &str, kind: &str, reason: &str| RefusedEntry {
         path: path.to_owned(),
         kind: kind.to_owned(),
@@ -189,7 +186,8 @@ fn adopt_refuses_special_files_and_escaping_links_and_copies_hard_links() -> Tes
             entry.path
         );
     }
-    let in_quarantine = |path: &str| std::fs::symlink_metadata(root_path.join(format!("{quarantine}/{path}")));
+    let in_quarantine =
+        |path: &str| std::fs::symlink_metadata(root_path.join(format!("{quarantine}/{path}")));
     assert!(in_quarantine("pipe")?.file_type().is_fifo());
     assert!(in_quarantine("dev")?.file_type().is_char_device());
     assert!(in_quarantine("sub/sock")?.file_type().is_socket());
@@ -220,12 +218,8 @@ fn adopt_refuses_special_files_and_escaping_links_and_copies_hard_links() -> Tes
     );
     assert_eq!(std::fs::read(&linked)?, b"guest");
     assert_eq!(std::fs::read(&outside_file)?, b"outside");
-    root.engine.write_file(
-        id,
-        &WorkspacePath::parse("linked.txt")?,
-        b"host api",
-        true,
-    )?;
+    root.engine
+        .write_file(id, &WorkspacePath::parse("linked.txt")?, b"host api", true)?;
     assert_eq!(std::fs::read(&outside_file)?, b"outside");
 
     assert_root_usable(&root.engine)

@@ -3,11 +3,11 @@
 mod crash;
 /// The engine end to end with the real python.wasm.
 mod engine;
-/// Adopting hostile seed workspaces: links out, special files, deep trees.
-mod hostile_adopt;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Adopting hostile seed workspaces: links out, special files, deep trees.
+mod hostile_adopt;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// Projections: fold, inline read model and rebuild agree; metadata and
