@@ -148,7 +148,7 @@ fn files_put_of_an_endless_input_stops_at_the_quota_and_leaves_nothing() -> Test
         message.starts_with(&format!(
             "big: the input is larger than the {QUOTA_BYTES} bytes (104.9 MB) left under session {id}'s workspace quota of {QUOTA_BYTES} bytes (104.9 MB) (stopped after reading "
         )) && message.ends_with(
-            " bytes); nothing was written. Raise the quota or write a smaller file"
+            " bytes); nothing was written. Raise the quota, free space in the workspace, or write a smaller file."
         ),
         "{message}"
     );

@@ -650,3 +650,40 @@ impl Engine {
         Ok((status, neutralised))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::symlink_escape;
+
+    /// Goal: the lexical symlink rule keeps targets that stay inside and
+    /// refuses absolute ones, ones climbing above the workspace, and `..`
+    /// after a name. Method: links at several depths against targets.
+    #[test]
+    fn symlink_targets_are_judged_lexically_from_the_link() {
+        let escapes = |link: &str, target: &str| symlink_escape(Path::new(link), Path::new(target));
+        assert_eq!(escapes("a", "b/c"), None);
+        assert_eq!(escapes("a", "./b"), None);
+        assert_eq!(escapes("sub/a", "../b"), None);
+        assert_eq!(escapes("x/y/a", "../../b/c"), None);
+        assert_eq!(
+            escapes("a", "/etc/passwd"),
+            Some("its target is absolute: it points outside the workspace")
+        );
+        assert_eq!(
+            escapes("a", "../b"),
+            Some("its target climbs out of the workspace with `..`")
+        );
+        assert_eq!(
+            escapes("sub/a", "../../b"),
+            Some("its target climbs out of the workspace with `..`")
+        );
+        assert_eq!(
+            escapes("a", "b/../c"),
+            Some(
+                "its target has `..` after a name: through another symlink it could climb out of the workspace"
+            )
+        );
+    }
+}

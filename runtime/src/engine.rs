@@ -767,16 +767,22 @@ impl Engine {
                 read,
                 ..
             }) => {
-                let limit = if left <= blob_max {
-                    format!(
-                        "the {left} bytes ({}) left under session {session_id}'s workspace quota of {quota} bytes ({})",
-                        format_size(left),
-                        format_size(quota)
+                let (limit, remedy) = if left <= blob_max {
+                    (
+                        format!(
+                            "the {left} bytes ({}) left under session {session_id}'s workspace quota of {quota} bytes ({})",
+                            format_size(left),
+                            format_size(quota)
+                        ),
+                        "Raise the quota, free space in the workspace, or write a smaller file.",
                     )
                 } else {
-                    format!(
-                        "the largest file a host write takes, BLOB_BYTES_MAX = {blob_max} bytes ({})",
-                        format_size(blob_max)
+                    (
+                        format!(
+                            "the largest file a host write takes, BLOB_BYTES_MAX = {blob_max} bytes ({})",
+                            format_size(blob_max)
+                        ),
+                        "Write a smaller file.",
                     )
                 };
                 return Err(RuntimeError::InputTooLarge {
@@ -784,6 +790,7 @@ impl Engine {
                     limit,
                     bytes_max,
                     read,
+                    remedy,
                 });
             }
             staged => staged?,

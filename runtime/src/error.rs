@@ -120,7 +120,7 @@ pub enum RuntimeError {
     /// there and nothing was written (no file, no temporary file, no
     /// event). Write a smaller file, or raise the limit.
     #[error(
-        "{path}: the input is larger than {limit} (stopped after reading {read} bytes); nothing was written. Raise the quota or write a smaller file"
+        "{path}: the input is larger than {limit} (stopped after reading {read} bytes); nothing was written. {remedy}"
     )]
     InputTooLarge {
         /// The path it was to be written to.
@@ -131,6 +131,8 @@ pub enum RuntimeError {
         bytes_max: u64,
         /// Bytes read when the copy stopped.
         read: u64,
+        /// What to do about it.
+        remedy: &'static str,
     },
 }
 

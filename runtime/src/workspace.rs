@@ -438,6 +438,7 @@ impl Workspace {
                     limit: format!("the limit of {bytes_max} bytes"),
                     bytes_max,
                     read: size,
+                    remedy: "Write a smaller file, or raise the limit.",
                 });
             }
             hasher.update(chunk);
