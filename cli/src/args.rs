@@ -216,7 +216,9 @@ pub enum FilesCommand {
         id: String,
         /// Path inside the workspace.
         path: String,
-        /// Read the contents from this file.
+        /// Read the contents from this file. Streamed: an input larger than
+        /// the workspace quota leaves (or 256 MiB) stops the copy there and
+        /// writes nothing (exit 2). A FIFO waits for a writer.
         #[arg(long, value_name = "FILE", conflicts_with = "stdin")]
         from: Option<PathBuf>,
         /// `-` reads the contents from stdin.

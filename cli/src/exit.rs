@@ -65,6 +65,8 @@ impl CliError {
             CliError::Runtime(error) => {
                 if error.is_integrity() {
                     EXIT_INTEGRITY
+                } else if matches!(error, RuntimeError::InputTooLarge { .. }) {
+                    EXIT_USAGE
                 } else if error.is_not_found()
                     || matches!(error, RuntimeError::RuntimeMissing { .. })
                 {

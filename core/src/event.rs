@@ -114,6 +114,41 @@ pub struct SessionAdopted {
     /// Where a corrupted metadata file was kept, if any.
     #[serde(default)]
     pub evidence: Option<String>,
+    /// Entries adoption refused to take into the workspace (anything but a
+    /// regular file, a directory, or a symlink that stays inside), each
+    /// with the reason. Empty lists are not serialised, so events written
+    /// before the field existed hash the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedEntry>,
+    /// Files that had other hard links (possibly to files outside the
+    /// workspace), replaced by private copies so a write through the
+    /// workspace never reaches another file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copied_links: Vec<String>,
+    /// Entries refused or copied but left out of the two lists above, which
+    /// are bounded so the event stays under the payload limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unrecorded: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// An entry adoption did not take into a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedEntry {
+    /// Its path relative to the workspace (lossy UTF-8).
+    pub path: String,
+    /// What it was: `fifo`, `socket`, `char_device`, `block_device`,
+    /// `symlink` or `unknown`.
+    pub kind: String,
+    /// Why it was refused.
+    pub reason: String,
+    /// Where it was moved, relative to the root (under `quarantine/`);
+    /// none when it was deleted or never copied in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<String>,
 }
 
 /// The limits an execution ran under, recorded for forensics.

@@ -11,11 +11,27 @@
 //! beyond [`ADOPTED_CLOCK_SKEW_MAX`]) is corrupted: the seeds let guests
 //! rewrite it. Every file found
 //! becomes a `file.written` event so the files projection is complete.
+//!
+//! A seed workspace was written by guests, so its entries are hostile: each
+//! is inspected (without opening it) before the directory moves. Regular
+//! files, directories and symlinks whose target stays inside are taken;
+//! files with other hard links are replaced by private copies (a write
+//! through the workspace must never reach a file elsewhere); FIFOs,
+//! sockets, device nodes and escaping symlinks are refused, moved to
+//! `<root>/quarantine/` (deleted when they cannot be moved), and recorded
+//! with the reason in `session.adopted`. A workspace past
+//! [`ADOPT_ENTRIES_MAX`] or [`ADOPT_DEPTH_MAX`] is not adopted at all: it
+//! stays where it is and the report says why.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use sandlog_core::event::{Event, FileWritten, MetadataStatus, SessionAdopted, WrittenBy};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, FileTypeExt, MetadataExt, OpenOptions, OpenOptionsExt};
+use sandlog_core::event::{
+    Event, FileWritten, MetadataStatus, RefusedEntry, SessionAdopted, WrittenBy,
+};
+use sandlog_core::limits::{BATCH_EVENTS_MAX, PAYLOAD_BYTES_MAX};
 use sandlog_core::{NewEvent, SessionId, Timestamp, WorkspacePath};
 use sandlog_eventstore::ExpectedVersion;
 use serde::{Deserialize, Serialize};
@@ -23,13 +39,33 @@ use serde::{Deserialize, Serialize};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::lifecycle::Progress;
-use crate::workspace::{Workspace, fsync_dir};
+use crate::workspace::{SCAN_ENTRIES_MAX, Workspace, fsync_dir};
 
 /// The seed systems' metadata file name.
 pub const SEED_METADATA_FILE: &str = ".metadata.json";
 
 /// Largest metadata file read, bytes; anything bigger is corrupted.
 const SEED_METADATA_BYTES_MAX: u64 = 64 * 1024;
+
+/// Most entries (files, directories, anything) one workspace may hold to be
+/// adopted. Every file becomes one event of the single atomic append that
+/// records the adoption, so a workspace with more could never be recorded;
+/// it is also within what a workspace scan visits. Past it the workspace is
+/// not adopted and stays where it was.
+pub const ADOPT_ENTRIES_MAX: usize = BATCH_EVENTS_MAX - 1;
+const _: () = assert!(ADOPT_ENTRIES_MAX <= SCAN_ENTRIES_MAX);
+
+/// Deepest directory nesting in a workspace to be adopted. Real workspaces
+/// are far shallower; the bound keeps the walk's work list and every
+/// relative path short (well within `PATH_MAX`). Past it the workspace is
+/// not adopted and stays where it was.
+pub const ADOPT_DEPTH_MAX: usize = 256;
+
+/// Most bytes of refused and copied entries listed in one
+/// `session.adopted` (their JSON). Half the payload limit leaves room for
+/// the rest of the event; entries past it are still neutralised and are
+/// counted in `unrecorded` (and logged) instead of listed.
+pub const ADOPT_RECORD_BYTES_MAX: usize = PAYLOAD_BYTES_MAX / 2;
 
 /// What adoption did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -41,8 +77,204 @@ pub struct AdoptReport {
     /// Adopted with corrupted metadata: legacy, evidence kept.
     pub corrupted: Vec<SessionId>,
     /// Entries not adopted, with the reason (not UUID-named, already known,
-    /// failed).
+    /// past a limit, failed).
     pub skipped: Vec<(String, String)>,
+    /// Adopted sessions in which entries were refused or hard-linked files
+    /// copied, as recorded in their `session.adopted`.
+    pub neutralised: Vec<Neutralised>,
+}
+
+/// What adoption refused or copied in one workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Neutralised {
+    /// The session.
+    pub session_id: SessionId,
+    /// Entries not taken, with the reason and where they went.
+    pub refused: Vec<RefusedEntry>,
+    /// Files that had other hard links, now private copies.
+    pub copied_links: Vec<String>,
+    /// Refused or copied entries past [`ADOPT_RECORD_BYTES_MAX`], not listed.
+    pub unrecorded: u64,
+}
+
+impl Neutralised {
+    fn is_empty(&self) -> bool {
+        self.refused.is_empty() && self.copied_links.is_empty() && self.unrecorded == 0
+    }
+}
+
+/// An entry found by inspection that is not simply taken.
+#[derive(Debug)]
+enum Finding {
+    /// Not a regular file, directory or symlink staying inside.
+    Refuse {
+        path: PathBuf,
+        kind: &'static str,
+        reason: &'static str,
+    },
+    /// A regular file with more than one link.
+    Copy { path: PathBuf },
+}
+
+/// Why a symlink at `link` (relative to the workspace) pointing at `target`
+/// could resolve outside the workspace, judged lexically: an absolute
+/// target, a leading `..` climbing above the workspace, or a `..` after a
+/// name (the name may itself be a symlink, after which `..` is no longer
+/// lexical). Leading `..`s climb through the link's parent directories,
+/// which inspection found to be directories, so a target of leading `..`s
+/// then names stays inside as long as every symlink it goes through does.
+fn symlink_escape(link: &Path, target: &Path) -> Option<&'static str> {
+    let mut depth = link.components().count().saturating_sub(1);
+    let mut named = false;
+    for component in target.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => {
+                return Some("its target is absolute: it points outside the workspace");
+            }
+            Component::CurDir => {}
+            Component::ParentDir if named => {
+                return Some(
+                    "its target has `..` after a name: through another symlink it could climb out of the workspace",
+                );
+            }
+            Component::ParentDir => {
+                if depth == 0 {
+                    return Some("its target climbs out of the workspace with `..`");
+                }
+                depth -= 1;
+            }
+            Component::Normal(_) => named = true,
+        }
+    }
+    None
+}
+
+/// What a special file is, and why it is refused.
+fn special_kind(file_type: &cap_std::fs::FileType) -> (&'static str, &'static str) {
+    if file_type.is_fifo() {
+        (
+            "fifo",
+            "a FIFO is not file contents, and opening it blocks until a writer comes",
+        )
+    } else if file_type.is_socket() {
+        ("socket", "a socket is not file contents")
+    } else if file_type.is_char_device() {
+        (
+            "char_device",
+            "a device node is not file contents: opening it reaches a device",
+        )
+    } else if file_type.is_block_device() {
+        (
+            "block_device",
+            "a device node is not file contents: opening it reaches a device",
+        )
+    } else {
+        ("unknown", "not a regular file, a directory or a symlink")
+    }
+}
+
+/// Inspects a workspace to be adopted without opening any entry but its
+/// directories: what to refuse and which files to copy. The top-level
+/// metadata file is left to the metadata handling. `Err` is why the
+/// workspace is not adopted (past a limit, unreadable); nothing was
+/// changed.
+fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
+    let dir = Dir::open_ambient_dir(source, ambient_authority())
+        .map_err(|error| format!("opening {}: {error}", source.display()))?;
+    let mut findings = Vec::new();
+    let mut pending: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
+    let mut visited = 0usize;
+    while let Some((directory, depth)) = pending.pop() {
+        let entries = if directory.as_os_str().is_empty() {
+            dir.entries()
+        } else {
+            dir.read_dir(&directory)
+        }
+        .map_err(|error| format!("reading {}: {error}", directory.display()))?;
+        for entry in entries {
+            visited += 1;
+            if visited > ADOPT_ENTRIES_MAX {
+                return Err(format!(
+                    "more than ADOPT_ENTRIES_MAX = {ADOPT_ENTRIES_MAX} entries; not adopted, left in place"
+                ));
+            }
+            let entry =
+                entry.map_err(|error| format!("reading {}: {error}", directory.display()))?;
+            let name = entry.file_name();
+            if depth == 0 && name == SEED_METADATA_FILE {
+                continue;
+            }
+            let path = directory.join(&name);
+            let file_type = entry
+                .file_type()
+                .map_err(|error| format!("inspecting {}: {error}", path.display()))?;
+            if file_type.is_dir() {
+                if depth + 1 > ADOPT_DEPTH_MAX {
+                    return Err(format!(
+                        "directories nested deeper than ADOPT_DEPTH_MAX = {ADOPT_DEPTH_MAX}; not adopted, left in place"
+                    ));
+                }
+                pending.push((path, depth + 1));
+            } else if file_type.is_file() {
+                let metadata = entry
+                    .metadata()
+                    .map_err(|error| format!("inspecting {}: {error}", path.display()))?;
+                if metadata.nlink() > 1 {
+                    findings.push(Finding::Copy { path });
+                }
+            } else if file_type.is_symlink() {
+                let target = dir
+                    .read_link_contents(&path)
+                    .map_err(|error| format!("reading link {}: {error}", path.display()))?;
+                if let Some(reason) = symlink_escape(&path, &target) {
+                    findings.push(Finding::Refuse {
+                        path,
+                        kind: "symlink",
+                        reason,
+                    });
+                }
+            } else {
+                let (kind, reason) = special_kind(&file_type);
+                findings.push(Finding::Refuse { path, kind, reason });
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// Replaces the file at `path` (relative to `dir`) by a private copy with
+/// the same contents and permissions: copied to a temporary name beside
+/// it, fsynced, renamed over it. Opened without following a symlink and
+/// without blocking, and refused unless it is (still) a regular file.
+fn private_copy(dir: &Dir, path: &Path) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?
+        .to_string_lossy();
+    let temporary =
+        path.with_file_name(format!(".{name}.sandlog-{}", uuid::Uuid::new_v4().simple()));
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    let mut from = dir.open_with(path, &options)?;
+    let metadata = from.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::other("no longer a regular file"));
+    }
+    let mut create = OpenOptions::new();
+    create.write(true).create_new(true);
+    let mut to = dir.open_with(&temporary, &create)?;
+    let copied = (|| -> std::io::Result<()> {
+        std::io::copy(&mut from, &mut to)?;
+        to.set_permissions(metadata.permissions())?;
+        to.sync_all()?;
+        dir.rename(&temporary, dir, path)
+    })();
+    if copied.is_err() {
+        let _ = dir.remove_file(&temporary);
+    }
+    copied
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,16 +345,30 @@ fn move_dir(source: &Path, target: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Copies a directory tree (inspected first, so its depth is bounded):
+/// directories, regular files (a copy has one link) and symlinks as links;
+/// anything else is never opened and stays behind. A failed copy removes
+/// what it made.
 fn copy_dir(source: &Path, target: &Path) -> std::io::Result<()> {
+    let copied = copy_tree(source, target);
+    if copied.is_err() {
+        let _ = std::fs::remove_dir_all(target);
+    }
+    copied
+}
+
+fn copy_tree(source: &Path, target: &Path) -> std::io::Result<()> {
     std::fs::create_dir(target)?;
     for entry in std::fs::read_dir(source)? {
         let entry = entry?;
         let file_type = entry.file_type()?;
         let to = target.join(entry.file_name());
         if file_type.is_dir() {
-            copy_dir(&entry.path(), &to)?;
+            copy_tree(&entry.path(), &to)?;
         } else if file_type.is_file() {
             std::fs::copy(entry.path(), &to)?;
+        } else if file_type.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &to)?;
         }
     }
     Ok(())
@@ -158,10 +404,25 @@ impl Engine {
                     .push((name, "already known to this root".to_owned()));
                 continue;
             }
-            match self.adopt_one(session_id, &entry.path(), in_place) {
-                Ok(MetadataStatus::Ok) => report.adopted.push(session_id),
-                Ok(MetadataStatus::Missing) => report.legacy.push(session_id),
-                Ok(MetadataStatus::Corrupted) => report.corrupted.push(session_id),
+            let findings = match inspect(&entry.path()) {
+                Ok(findings) => findings,
+                Err(reason) => {
+                    tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
+                    report.skipped.push((name, reason));
+                    continue;
+                }
+            };
+            match self.adopt_one(session_id, &entry.path(), in_place, &findings) {
+                Ok((status, neutralised)) => {
+                    match status {
+                        MetadataStatus::Ok => report.adopted.push(session_id),
+                        MetadataStatus::Missing => report.legacy.push(session_id),
+                        MetadataStatus::Corrupted => report.corrupted.push(session_id),
+                    }
+                    if !neutralised.is_empty() {
+                        report.neutralised.push(neutralised);
+                    }
+                }
                 Err(error) => report.skipped.push((name, error.to_string())),
             }
         }
@@ -169,12 +430,126 @@ impl Engine {
         Ok(report)
     }
 
+    /// Refuses and copies what inspection found, in the workspace now at
+    /// `target`: each entry is looked at again (without following it)
+    /// before it is touched. Refused entries move to
+    /// `quarantine/adopted-<id>.<stamp>/` (deleted when they cannot be
+    /// moved); entries inspection saw but the copy across filesystems did
+    /// not bring are recorded without a place.
+    fn neutralise(
+        &self,
+        session_id: SessionId,
+        target: &Path,
+        findings: &[Finding],
+    ) -> Result<Neutralised> {
+        let mut neutralised = Neutralised {
+            session_id,
+            refused: Vec::new(),
+            copied_links: Vec::new(),
+            unrecorded: 0,
+        };
+        if findings.is_empty() {
+            return Ok(neutralised);
+        }
+        let dir = Dir::open_ambient_dir(target, ambient_authority())
+            .map_err(RuntimeError::io(format!("opening {}", target.display())))?;
+        let quarantine_name = format!(
+            "adopted-{session_id}.{}",
+            self.options.clock.now().unix_micros()
+        );
+        let quarantine = self.layout.quarantine.join(&quarantine_name);
+        let mut recorded_bytes = 0usize;
+        let mut record = |bytes: usize| {
+            recorded_bytes = recorded_bytes.saturating_add(bytes);
+            recorded_bytes <= ADOPT_RECORD_BYTES_MAX
+        };
+        for finding in findings {
+            match finding {
+                Finding::Refuse { path, kind, reason } => {
+                    let text = path.to_string_lossy().into_owned();
+                    let moved_to = match dir.symlink_metadata(path) {
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                        Err(error) => {
+                            return Err(RuntimeError::io(format!("inspecting {text}"))(error));
+                        }
+                        Ok(metadata) if metadata.is_dir() => {
+                            return Err(RuntimeError::io(format!("refusing {text}"))(
+                                std::io::Error::other("it became a directory during adoption"),
+                            ));
+                        }
+                        Ok(_) => self.quarantine_entry(&dir, path, &quarantine)?.then(|| {
+                            format!("{}/{quarantine_name}/{text}", crate::engine::QUARANTINE_DIR)
+                        }),
+                    };
+                    tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %text, kind, reason, moved_to = moved_to.as_deref().unwrap_or("deleted"), "adoption refused an entry");
+                    let entry = RefusedEntry {
+                        path: text,
+                        kind: (*kind).to_owned(),
+                        reason: (*reason).to_owned(),
+                        moved_to,
+                    };
+                    if record(serde_json::to_vec(&entry).map_or(usize::MAX, |json| json.len())) {
+                        neutralised.refused.push(entry);
+                    } else {
+                        neutralised.unrecorded += 1;
+                    }
+                }
+                Finding::Copy { path } => {
+                    let text = path.to_string_lossy().into_owned();
+                    match dir.symlink_metadata(path) {
+                        Ok(metadata) if metadata.is_file() && metadata.nlink() > 1 => {
+                            private_copy(&dir, path)
+                                .map_err(RuntimeError::io(format!("copying {text}")))?;
+                        }
+                        // Copied across filesystems already, or removed.
+                        Ok(_) => {}
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(error) => {
+                            return Err(RuntimeError::io(format!("inspecting {text}"))(error));
+                        }
+                    }
+                    tracing::info!(target: "sandlog::lifecycle", %session_id, path = %text, "adoption copied a file that had other hard links");
+                    if record(serde_json::to_vec(&text).map_or(usize::MAX, |json| json.len())) {
+                        neutralised.copied_links.push(text);
+                    } else {
+                        neutralised.unrecorded += 1;
+                    }
+                }
+            }
+        }
+        Ok(neutralised)
+    }
+
+    /// Moves a refused entry into `quarantine` at the same relative path;
+    /// deletes it when it cannot be moved there. Returns whether it moved.
+    fn quarantine_entry(&self, dir: &Dir, path: &Path, quarantine: &Path) -> Result<bool> {
+        let moved = (|| -> std::io::Result<()> {
+            let parent = match path.parent() {
+                Some(parent) => quarantine.join(parent),
+                None => quarantine.to_owned(),
+            };
+            std::fs::create_dir_all(&parent)?;
+            let to = Dir::open_ambient_dir(quarantine, ambient_authority())?;
+            dir.rename(path, &to, path)
+        })();
+        match moved {
+            Ok(()) => Ok(true),
+            Err(error) => {
+                tracing::warn!(target: "sandlog::lifecycle", path = %path.display(), %error, "cannot quarantine a refused entry; deleting it");
+                dir.remove_file(path)
+                    .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+                Ok(false)
+            }
+        }
+    }
+
     fn adopt_one(
         &self,
         session_id: SessionId,
         source: &Path,
         in_place: bool,
-    ) -> Result<MetadataStatus> {
+        findings: &[Finding],
+    ) -> Result<(MetadataStatus, Neutralised)> {
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
         let (status, timestamps) = match read_seed_metadata(
@@ -206,6 +581,17 @@ impl Engine {
             )))?;
             fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
         }
+        let neutralised = match self.neutralise(session_id, &target, findings) {
+            Ok(neutralised) => neutralised,
+            Err(error) => {
+                // Not recorded: give the directory back rather than leave an
+                // orphan in workspaces/.
+                if !in_place && std::fs::rename(&target, source).is_ok() {
+                    let _ = fsync_dir(&self.layout.workspaces);
+                }
+                return Err(error);
+            }
+        };
         // Take the metadata out of the workspace: into evidence/ when it
         // was corrupted, deleted when valid (its contents are now the
         // event).
@@ -244,6 +630,9 @@ impl Engine {
             metadata: status,
             source: source.display().to_string(),
             evidence,
+            refused: neutralised.refused.clone(),
+            copied_links: neutralised.copied_links.clone(),
+            unrecorded: neutralised.unrecorded,
         }))];
         for (path, scanned) in workspace.scan()? {
             let blake3 = workspace.hash(&path)?;
@@ -257,7 +646,44 @@ impl Engine {
         }
         self.store
             .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
-        tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?status, files = events.len() - 1, "adopted");
-        Ok(status)
+        tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?status, files = events.len() - 1, refused = neutralised.refused.len(), copied_links = neutralised.copied_links.len(), "adopted");
+        Ok((status, neutralised))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::symlink_escape;
+
+    /// Goal: the lexical symlink rule keeps targets that stay inside and
+    /// refuses absolute ones, ones climbing above the workspace, and `..`
+    /// after a name. Method: links at several depths against targets.
+    #[test]
+    fn symlink_targets_are_judged_lexically_from_the_link() {
+        let escapes = |link: &str, target: &str| symlink_escape(Path::new(link), Path::new(target));
+        assert_eq!(escapes("a", "b/c"), None);
+        assert_eq!(escapes("a", "./b"), None);
+        assert_eq!(escapes("sub/a", "../b"), None);
+        assert_eq!(escapes("x/y/a", "../../b/c"), None);
+        assert_eq!(
+            escapes("a", "/etc/passwd"),
+            Some("its target is absolute: it points outside the workspace")
+        );
+        assert_eq!(
+            escapes("a", "../b"),
+            Some("its target climbs out of the workspace with `..`")
+        );
+        assert_eq!(
+            escapes("sub/a", "../../b"),
+            Some("its target climbs out of the workspace with `..`")
+        );
+        assert_eq!(
+            escapes("a", "b/../c"),
+            Some(
+                "its target has `..` after a name: through another symlink it could climb out of the workspace"
+            )
+        );
     }
 }

@@ -15,7 +15,8 @@ use sandlog_core::event::{
     Event, ExecutionLimit, ExecutionScan, FileDeleted, FileWritten, RecordedLimits, SessionCreated,
     SessionExecuted, WrittenBy,
 };
-use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
+use sandlog_core::human::format_size;
+use sandlog_core::limits::{BLOB_BYTES_MAX, LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{
     Clock, Hash, NewEvent, Outcome, SessionId, StreamId, SystemClock, WorkspacePath,
 };
@@ -725,12 +726,51 @@ impl Engine {
     /// Writes a file into a session's workspace (S4, S5): refused if it
     /// exists and `overwrite` is false, or if the workspace would go over
     /// its quota. The contents are stored as a blob and `file.written`
-    /// (by host) is appended; `updated_at` moves (M2).
+    /// (by host) is appended; `updated_at` moves (M2). The bytes go through
+    /// [`Engine::write_file_from`]; knowing their length, this refuses a
+    /// write past the quota up front with [`RuntimeError::QuotaExceeded`].
     pub fn write_file(
         &self,
         session_id: SessionId,
         path: &WorkspacePath,
         bytes: &[u8],
+        overwrite: bool,
+    ) -> Result<FileView> {
+        let session = self.active_session(session_id)?;
+        let previous = session.files.get(path).map_or(0, |file| file.size);
+        let would_be = session
+            .bytes
+            .saturating_sub(previous)
+            .saturating_add(bytes.len() as u64);
+        let quota = self.options.limits.workspace_bytes_max;
+        if would_be > quota {
+            return Err(RuntimeError::QuotaExceeded {
+                session_id,
+                path: path.to_string(),
+                would_be,
+                quota,
+            });
+        }
+        let mut reader = bytes;
+        self.write_file_from(session_id, path, &mut reader, overwrite)
+    }
+
+    /// Writes a file into a session's workspace from a stream (S4, S5):
+    /// refused if it exists and `overwrite` is false. The input is copied
+    /// in bounded chunks into a temporary file and may not exceed what the
+    /// workspace quota leaves (counting the file it replaces) nor
+    /// [`BLOB_BYTES_MAX`]: past that the copy stops at once and fails with
+    /// [`RuntimeError::InputTooLarge`], leaving no file, no temporary file
+    /// and no event. On success the contents are stored as a blob (the
+    /// blob store takes them in memory: at most that limit), the temporary
+    /// file is renamed over the target and `file.written` (by host) is
+    /// appended. Reading `reader` may block (a FIFO with no writer): the
+    /// caller chose it.
+    pub fn write_file_from(
+        &self,
+        session_id: SessionId,
+        path: &WorkspacePath,
+        reader: &mut dyn std::io::Read,
         overwrite: bool,
     ) -> Result<FileView> {
         let lock = self.lock_session(session_id);
@@ -752,24 +792,62 @@ impl Engine {
             _ => {}
         }
         let previous = session.files.get(path).map_or(0, |file| file.size);
-        let would_be = session
-            .bytes
-            .saturating_sub(previous)
-            .saturating_add(bytes.len() as u64);
         let quota = self.options.limits.workspace_bytes_max;
-        if would_be > quota {
-            return Err(RuntimeError::QuotaExceeded {
-                session_id,
-                path: path.to_string(),
-                would_be,
-                quota,
+        let left = quota.saturating_sub(session.bytes.saturating_sub(previous));
+        let blob_max = BLOB_BYTES_MAX as u64;
+        let bytes_max = left.min(blob_max);
+        let mut staged = match workspace.stage_from(path, reader, bytes_max) {
+            Err(RuntimeError::InputTooLarge {
+                path,
+                bytes_max,
+                read,
+                ..
+            }) => {
+                let (limit, remedy) = if left <= blob_max {
+                    (
+                        format!(
+                            "the {left} bytes ({}) left under session {session_id}'s workspace quota of {quota} bytes ({})",
+                            format_size(left),
+                            format_size(quota)
+                        ),
+                        "Raise the quota, free space in the workspace, or write a smaller file.",
+                    )
+                } else {
+                    (
+                        format!(
+                            "the largest file a host write takes, BLOB_BYTES_MAX = {blob_max} bytes ({})",
+                            format_size(blob_max)
+                        ),
+                        "Write a smaller file.",
+                    )
+                };
+                return Err(RuntimeError::InputTooLarge {
+                    path,
+                    limit,
+                    bytes_max,
+                    read,
+                    remedy,
+                });
+            }
+            staged => staged?,
+        };
+        let size = staged.size();
+        let blake3 = {
+            let bytes = staged.read()?;
+            self.store.put_blob(&bytes)?
+        };
+        if blake3 != staged.blake3() {
+            return Err(RuntimeError::Io {
+                context: format!("writing {path} in session {session_id}"),
+                source: std::io::Error::other(
+                    "the stored blob's hash differs from the streamed one",
+                ),
             });
         }
-        let blake3 = self.store.put_blob(bytes)?;
-        workspace.write(path, bytes)?;
+        staged.commit()?;
         let file = FileWritten {
             path: path.clone(),
-            size: bytes.len() as u64,
+            size,
             blake3,
             by: WrittenBy::Host,
         };
@@ -778,10 +856,10 @@ impl Engine {
             session.version,
             &[self.event(&Event::FileWritten(file))],
         )?;
-        tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size = bytes.len(), "file written");
+        tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size, "file written");
         Ok(FileView {
             path: path.clone(),
-            size: bytes.len() as u64,
+            size,
             blake3,
             updated_at: self.options.clock.now(),
         })

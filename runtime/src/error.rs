@@ -138,6 +138,24 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// A streamed host write read more than it may write; the copy stopped
+    /// there and nothing was written (no file, no temporary file, no
+    /// event). Write a smaller file, or raise the limit.
+    #[error(
+        "{path}: the input is larger than {limit} (stopped after reading {read} bytes); nothing was written. {remedy}"
+    )]
+    InputTooLarge {
+        /// The path it was to be written to.
+        path: String,
+        /// The limit, described (which one and how much).
+        limit: String,
+        /// The most bytes the write could take.
+        bytes_max: u64,
+        /// Bytes read when the copy stopped.
+        read: u64,
+        /// What to do about it.
+        remedy: &'static str,
+    },
 }
 
 impl RuntimeError {
@@ -169,6 +187,7 @@ impl RuntimeError {
             Self::Io { .. } => "io",
             Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => "integrity",
             Self::NoCheckpoint => "not_found",
+            Self::InputTooLarge { .. } => "too_large",
         }
     }
 

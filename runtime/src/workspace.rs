@@ -481,3 +481,179 @@ pub fn remove_dir_tree(path: &Path) -> std::io::Result<u64> {
 pub fn fsync_dir(path: &Path) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()
 }
+
+/// Chunk size of a streamed host write: the most of the input held in
+/// memory at once while it is copied into the workspace.
+pub const WRITE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A host write streamed into a temporary file beside its target, fsynced
+/// and not yet renamed. Dropped without [`StagedWrite::commit`], the
+/// temporary file is removed: a refused or failed write leaves nothing.
+#[derive(Debug)]
+pub struct StagedWrite<'a> {
+    workspace: &'a Workspace,
+    file: Option<cap_std::fs::File>,
+    temporary: String,
+    target: WorkspacePath,
+    size: u64,
+    blake3: Hash,
+}
+
+impl StagedWrite<'_> {
+    /// Size of the streamed contents, bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// blake3 of the streamed contents.
+    pub fn blake3(&self) -> Hash {
+        self.blake3
+    }
+
+    /// The staged contents, read back from the temporary file (at most
+    /// [`StagedWrite::size`] bytes, which the caller bounded) and checked
+    /// against the hash taken while streaming.
+    pub fn read(&mut self) -> Result<Vec<u8>> {
+        use std::io::Seek;
+        let map = self.workspace.map_error(&self.target, "reading back");
+        let Some(file) = self.file.as_mut() else {
+            return Err(map(std::io::Error::other("the staged file is closed")));
+        };
+        let mut bytes = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));
+        let read = (|| -> std::io::Result<()> {
+            file.seek(std::io::SeekFrom::Start(0))?;
+            Read::by_ref(file)
+                .take(self.size.saturating_add(1))
+                .read_to_end(&mut bytes)?;
+            Ok(())
+        })();
+        read.map_err(map)?;
+        if bytes.len() as u64 != self.size || Hash(*blake3::hash(&bytes).as_bytes()) != self.blake3
+        {
+            return Err(self.workspace.map_error(&self.target, "reading back")(
+                std::io::Error::other("the staged file changed while it was written"),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Creates the target's parent directories and renames the temporary
+    /// file over the target.
+    pub fn commit(mut self) -> Result<()> {
+        self.file = None;
+        let temporary = std::mem::take(&mut self.temporary);
+        let dir = &self.workspace.dir;
+        let moved = (|| -> std::io::Result<()> {
+            if let Some(parent) = self.target.parent() {
+                dir.create_dir_all(parent.as_std_path())?;
+            }
+            dir.rename(&temporary, dir, self.target.as_std_path())
+        })();
+        moved.map_err(|error| {
+            let _ = dir.remove_file(&temporary);
+            self.workspace.map_error(&self.target, "writing")(error)
+        })
+    }
+}
+
+impl Drop for StagedWrite<'_> {
+    fn drop(&mut self) {
+        self.file = None;
+        if !self.temporary.is_empty() {
+            let _ = self.workspace.dir.remove_file(&self.temporary);
+        }
+    }
+}
+
+impl Workspace {
+    /// Streams `reader` into a temporary file at the top of the workspace
+    /// in chunks of [`WRITE_CHUNK_BYTES`], hashing as it goes, and fsyncs
+    /// it. An input longer than `bytes_max` stops the copy
+    /// as soon as the first byte past the limit is read, removes the
+    /// temporary file and fails with [`RuntimeError::InputTooLarge`]:
+    /// memory and disk use stay bounded whatever the input (`/dev/zero`
+    /// included). The target is untouched until [`StagedWrite::commit`].
+    pub fn stage_from(
+        &self,
+        path: &WorkspacePath,
+        reader: &mut dyn Read,
+        bytes_max: u64,
+    ) -> Result<StagedWrite<'_>> {
+        let map = || self.map_error(path, "writing");
+        // Staged at the top of the workspace: the parent directories are
+        // made only on commit, so a refused write leaves nothing at all.
+        let temporary = format!(
+            ".{}.sandlog-{}",
+            path.file_name(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        let file = self.dir.open_with(&temporary, &options).map_err(map())?;
+        // From here on, dropping `staged` removes the temporary file.
+        let mut staged = StagedWrite {
+            workspace: self,
+            file: Some(file),
+            temporary,
+            target: path.clone(),
+            size: 0,
+            blake3: Hash([0; 32]),
+        };
+        let mut hasher = blake3::Hasher::new();
+        let mut buffer = vec![0u8; WRITE_CHUNK_BYTES];
+        let mut size = 0u64;
+        loop {
+            let read = match reader.read(&mut buffer) {
+                Ok(read) => read,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    return Err(RuntimeError::Io {
+                        context: format!("reading the input for {path}"),
+                        source: error,
+                    });
+                }
+            };
+            let Some(chunk) = buffer.get(..read) else {
+                break;
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            size = size.saturating_add(chunk.len() as u64);
+            if size > bytes_max {
+                return Err(RuntimeError::InputTooLarge {
+                    path: path.to_string(),
+                    limit: format!("the limit of {bytes_max} bytes"),
+                    bytes_max,
+                    read: size,
+                    remedy: "Write a smaller file, or raise the limit.",
+                });
+            }
+            hasher.update(chunk);
+            if let Some(file) = staged.file.as_mut() {
+                file.write_all(chunk).map_err(map())?;
+            }
+        }
+        if let Some(file) = staged.file.as_mut() {
+            file.sync_all().map_err(map())?;
+        }
+        staged.size = size;
+        staged.blake3 = Hash(*hasher.finalize().as_bytes());
+        Ok(staged)
+    }
+
+    /// [`Workspace::stage_from`], then the rename: the whole streamed write
+    /// of a file, atomic as [`Workspace::write`]. Returns the size and the
+    /// blake3 of what was written.
+    pub fn write_from(
+        &self,
+        path: &WorkspacePath,
+        reader: &mut dyn Read,
+        bytes_max: u64,
+    ) -> Result<(u64, Hash)> {
+        let staged = self.stage_from(path, reader, bytes_max)?;
+        let written = (staged.size(), staged.blake3());
+        staged.commit()?;
+        Ok(written)
+    }
+}

@@ -89,6 +89,9 @@ pub fn adopted(
         source: "/legacy/workspaces".to_owned(),
         evidence: (metadata == MetadataStatus::Corrupted)
             .then(|| format!("evidence/{session_id}.metadata.json")),
+        refused: Vec::new(),
+        copied_links: Vec::new(),
+        unrecorded: 0,
     })
 }
 

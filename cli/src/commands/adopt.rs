@@ -28,6 +28,7 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
             "legacy": report.legacy,
             "corrupted": report.corrupted,
             "skipped": skipped,
+            "neutralised": report.neutralised,
         }))?;
     } else {
         for id in &report.adopted {
@@ -45,6 +46,30 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
         }
         for (name, reason) in &report.skipped {
             output.line(&format!("skipped {name}: {reason}"))?;
+        }
+        for neutralised in &report.neutralised {
+            let id = neutralised.session_id;
+            for refused in &neutralised.refused {
+                let place = refused
+                    .moved_to
+                    .as_deref()
+                    .map_or_else(|| "deleted".to_owned(), |to| format!("moved to {to}"));
+                output.line(&format!(
+                    "refused {id}/{} ({}): {}; {place}",
+                    refused.path, refused.kind, refused.reason
+                ))?;
+            }
+            for path in &neutralised.copied_links {
+                output.line(&format!(
+                    "copied {id}/{path}: it had other hard links; the workspace has a private copy"
+                ))?;
+            }
+            if neutralised.unrecorded > 0 {
+                output.line(&format!(
+                    "{id}: {} more entries refused or copied (see the log)",
+                    neutralised.unrecorded
+                ))?;
+            }
         }
     }
     Ok(0)

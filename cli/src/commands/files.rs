@@ -1,6 +1,6 @@
 //! `files ls|cat|put|rm`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
@@ -64,20 +64,21 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
         } => {
             let session_id = super::session_id(&id)?;
             let path = super::workspace_path(&path)?;
-            let bytes = match (from, stdin.as_deref()) {
-                (Some(file), _) => std::fs::read(&file).map_err(|source| CliError::Io {
-                    context: format!("reading {}", file.display()),
-                    source,
-                })?,
+            // Streamed: the engine copies the input in bounded chunks and
+            // stops at the workspace quota, so `--from /dev/zero` fails
+            // fast with bounded memory. A FIFO with no writer blocks the
+            // open or the read: the caller chose it.
+            let file = match (from, stdin.as_deref()) {
+                (Some(file), _) => {
+                    let mut reader = std::fs::File::open(&file).map_err(|source| CliError::Io {
+                        context: format!("reading {}", file.display()),
+                        source,
+                    })?;
+                    engine.write_file_from(session_id, &path, &mut reader, overwrite)?
+                }
                 (None, Some("-")) => {
-                    let mut bytes = Vec::new();
-                    std::io::stdin()
-                        .read_to_end(&mut bytes)
-                        .map_err(|source| CliError::Io {
-                            context: "reading stdin".into(),
-                            source,
-                        })?;
-                    bytes
+                    let mut reader = std::io::stdin().lock();
+                    engine.write_file_from(session_id, &path, &mut reader, overwrite)?
                 }
                 _ => {
                     return Err(CliError::Usage {
@@ -86,7 +87,6 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                     });
                 }
             };
-            let file = engine.write_file(session_id, &path, &bytes, overwrite)?;
             if output.json {
                 output
                     .json(&json!({"path": file.path, "size": file.size, "blake3": file.blake3}))?;
