@@ -109,6 +109,109 @@ pub enum Command {
     /// The quick-start walk-through: sessions, Python runs, adoption,
     /// pruning, verification and replay on the root, narrated.
     Demo,
+    /// Make an Ed25519 signing key for checkpoints; prints the verifier
+    /// key to hand to auditors. Needs no root.
+    Keygen(KeygenArgs),
+    /// Sign and store a C2SP checkpoint (origin, size, root) of the log's
+    /// RFC 6962 Merkle tree, and print it to publish or give a witness.
+    /// Without a key (--key or $SANDLOG_KEY), print the newest stored one.
+    Checkpoint(CheckpointArgs),
+    /// Print RFC 6962 proofs (JSON): inclusion of an event, consistency
+    /// between two sizes of the log.
+    #[command(subcommand)]
+    Prove(ProveCommand),
+    /// Offline evidence bundles: one session's events with inclusion
+    /// proofs against a signed checkpoint, and its kept blobs.
+    #[command(subcommand)]
+    Evidence(EvidenceCommand),
+    /// The Merkle tree stored with the log: rebuild it from the events, or
+    /// check every stored node against them.
+    #[command(subcommand)]
+    Tree(TreeCommand),
+}
+
+/// `keygen` arguments.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// The log's origin: a name unique to this log (e.g.
+    /// `sandlog.example.com/prod`); checkpoints carry it.
+    #[arg(long, value_name = "ORIGIN")]
+    pub name: String,
+    /// Where to write the signing key (must not exist; written mode 0600).
+    #[arg(short, long, value_name = "KEYFILE")]
+    pub output: PathBuf,
+}
+
+/// `checkpoint` arguments.
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// The signing key file written by `sandlog keygen` (else
+    /// $SANDLOG_KEY).
+    #[arg(long, value_name = "KEYFILE")]
+    pub key: Option<PathBuf>,
+}
+
+/// `prove` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProveCommand {
+    /// The audit path of the event at POS in the tree of the first N
+    /// events (default: the whole log).
+    Inclusion {
+        /// The event's position.
+        #[arg(value_name = "POS")]
+        position: u64,
+        /// The tree size (default: the log's length).
+        #[arg(long, value_name = "N")]
+        size: Option<u64>,
+    },
+    /// The proof that the log of OLD events is a prefix of the log of NEW
+    /// events (default NEW: the log's length).
+    Consistency {
+        /// The older size.
+        #[arg(value_name = "OLD_SIZE")]
+        old: u64,
+        /// The newer size.
+        #[arg(value_name = "NEW_SIZE")]
+        new: Option<u64>,
+    },
+}
+
+/// `evidence` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum EvidenceCommand {
+    /// Write one session's bundle to FILE (which must not exist).
+    Export {
+        /// The session id.
+        id: String,
+        /// The bundle file to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Sign a fresh checkpoint with this key first (else $SANDLOG_KEY;
+        /// else the newest stored checkpoint is used).
+        #[arg(long, value_name = "KEYFILE")]
+        key: Option<PathBuf>,
+    },
+    /// Check a bundle with no database: the signature, every event hash
+    /// and inclusion proof, the stream's completeness, every blob hash,
+    /// and the session's state recomputed from its events. Exits 4 and
+    /// names what failed.
+    Verify {
+        /// The bundle file.
+        file: PathBuf,
+        /// The verifier key (`name+keyid+base64`) or a file holding it.
+        #[arg(long, value_name = "VKEY")]
+        vkey: String,
+    },
+}
+
+/// `tree` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TreeCommand {
+    /// Drop the stored nodes and fold them again from the events (one
+    /// transaction).
+    Rebuild,
+    /// Compare every stored node with a fold of the events.
+    Verify,
 }
 
 /// Session subcommands.
@@ -318,6 +421,14 @@ pub struct VerifyArgs {
     /// A digest printed earlier by `sandlog digest` (POS:HASH).
     #[arg(long, value_name = "POS:HASH")]
     pub digest: Option<String>,
+    /// A checkpoint signed earlier (`sandlog checkpoint`): also check that
+    /// the log extends it, by a consistency proof against a root
+    /// recomputed from the events. Needs --vkey.
+    #[arg(long, value_name = "FILE", requires = "vkey")]
+    pub checkpoint: Option<PathBuf>,
+    /// The verifier key for --checkpoint (text or a file holding it).
+    #[arg(long, value_name = "VKEY", requires = "checkpoint")]
+    pub vkey: Option<String>,
 }
 
 /// `adopt` arguments.

@@ -144,6 +144,17 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
 }
 
 pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, CliError> {
+    if let (Some(checkpoint), Some(vkey)) = (&args.checkpoint, &args.vkey) {
+        // The chain and read models first, quietly; then the checkpoint.
+        let outcome = engine.verify(None, &|_| {})?;
+        if !outcome.ok {
+            return Err(CliError::Integrity(format!(
+                "the read models differ from the log in {} places",
+                outcome.read_model_mismatches.len()
+            )));
+        }
+        return super::proofs::verify_checkpoint(engine, checkpoint, vkey, output);
+    }
     let digest = args
         .digest
         .as_deref()

@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod forensics;
 mod misc;
+mod proofs;
 mod prune;
 mod session;
 
@@ -15,7 +16,7 @@ use std::path::Path;
 use sandlog_runtime::core::{SessionId, WorkspacePath};
 use sandlog_runtime::{Engine, EngineOptions};
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, EvidenceCommand};
 use crate::exit::{CliError, usage};
 use crate::output::Output;
 
@@ -29,6 +30,10 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Man => misc::man(),
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
         Command::Demo => demo::demo(&root, output),
+        Command::Keygen(args) => proofs::keygen(args, output),
+        Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
+            proofs::evidence(None, command, output)
+        }
         command => {
             let engine = open(&root)?;
             match command {
@@ -43,10 +48,15 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Digest => forensics::digest(&engine, output),
                 Command::ExportMetadata(args) => misc::export_metadata(&engine, &args.dir, output),
                 Command::Stats => misc::stats(&engine, output),
+                Command::Checkpoint(args) => proofs::checkpoint(&engine, args, output),
+                Command::Prove(command) => proofs::prove(&engine, command, output),
+                Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
+                Command::Tree(command) => proofs::tree(&engine, command, output),
                 Command::Init
                 | Command::Completions(_)
                 | Command::Man
                 | Command::Adopt(_)
+                | Command::Keygen(_)
                 | Command::Demo => Ok(0),
             }
         }

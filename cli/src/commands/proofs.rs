@@ -1,0 +1,252 @@
+//! The verifiable log: keygen, checkpoint, prove, verify --checkpoint,
+//! evidence export / verify, tree rebuild.
+
+use std::io::Write;
+use std::path::Path;
+
+use sandlog_runtime::Engine;
+use sandlog_runtime::core::Position;
+use sandlog_runtime::proofs::{
+    generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
+};
+use serde_json::json;
+
+use crate::args::{CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand};
+use crate::exit::CliError;
+use crate::output::Output;
+
+/// Environment variable naming the signing key file when `--key` is not
+/// given.
+pub const KEY_ENV: &str = "SANDLOG_KEY";
+
+fn signer(key: Option<&Path>) -> Result<Option<sandlog_runtime::core::note::SignerKey>, CliError> {
+    let from_env = std::env::var_os(KEY_ENV).map(std::path::PathBuf::from);
+    match key.map(Path::to_path_buf).or(from_env) {
+        Some(path) => Ok(Some(read_signer_key(&path)?)),
+        None => Ok(None),
+    }
+}
+
+fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let io = |source| CliError::Io {
+        context: format!(
+            "writing {} (it must not exist yet; choose another name or remove it)",
+            path.display()
+        ),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io)?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(io)
+}
+
+/// `keygen --name ORIGIN -o KEYFILE`: needs no root.
+pub fn keygen(args: KeygenArgs, output: &Output) -> Result<u8, CliError> {
+    let key = generate_key_file(&args.name, &args.output)?;
+    let vkey = key.verifier().to_string();
+    if output.json {
+        output.json(&json!({"vkey": vkey, "key_file": args.output}))?;
+    } else {
+        output.line(&format!(
+            "wrote the signing key to {} (keep it secret; mode 0600)\nverifier key, give it to auditors:\n{vkey}",
+            args.output.display()
+        ))?;
+    }
+    Ok(0)
+}
+
+/// `checkpoint [--key KEYFILE]`: sign and store; without a key, print the
+/// newest stored checkpoint.
+pub fn checkpoint(engine: &Engine, args: CheckpointArgs, output: &Output) -> Result<u8, CliError> {
+    let Some(key) = signer(args.key.as_deref())? else {
+        let note = engine
+            .latest_checkpoint()?
+            .ok_or(sandlog_runtime::RuntimeError::NoCheckpoint)?;
+        if output.json {
+            output.json(&json!({"note": note}))?;
+        } else {
+            output.line(note.trim_end())?;
+        }
+        return Ok(0);
+    };
+    let signed = engine.sign_checkpoint(&key)?;
+    if output.json {
+        output.json(&signed)?;
+    } else {
+        output.line(signed.note.trim_end())?;
+    }
+    Ok(0)
+}
+
+/// `prove inclusion POS [--size N]`, `prove consistency OLD [NEW]`: JSON
+/// in both modes (a proof is for machines).
+pub fn prove(engine: &Engine, command: ProveCommand, output: &Output) -> Result<u8, CliError> {
+    let value = match command {
+        ProveCommand::Inclusion { position, size } => {
+            serde_json::to_value(engine.prove_inclusion(Position(position), size)?)
+        }
+        ProveCommand::Consistency { old, new } => {
+            serde_json::to_value(engine.prove_consistency(old, new)?)
+        }
+    }
+    .map_err(|error| CliError::Io {
+        context: "encoding the proof".into(),
+        source: std::io::Error::other(error),
+    })?;
+    output.json(&value)?;
+    Ok(0)
+}
+
+/// `verify --checkpoint FILE --vkey VKEY`.
+pub fn verify_checkpoint(
+    engine: &Engine,
+    checkpoint: &Path,
+    vkey: &str,
+    output: &Output,
+) -> Result<u8, CliError> {
+    let note = std::fs::read_to_string(checkpoint).map_err(|source| CliError::Io {
+        context: format!("reading checkpoint {}", checkpoint.display()),
+        source,
+    })?;
+    let key = read_verifier_key(vkey)?;
+    let check = engine.verify_checkpoint(&note, &key)?;
+    if output.json {
+        output.json(&json!({
+            "ok": true,
+            "checkpoint_size": check.checkpoint_size,
+            "events": check.log_size,
+            "root": check.log_root,
+        }))?;
+    } else {
+        output.line(&format!(
+            "{}: the log ({} events) extends the checkpoint of {} events signed by {}",
+            output.good("ok"),
+            check.log_size,
+            check.checkpoint_size,
+            key.name()
+        ))?;
+    }
+    Ok(0)
+}
+
+/// `evidence export ID -o FILE [--key KEYFILE]` and `evidence verify FILE
+/// --vkey VKEY` (the latter needs no root).
+pub fn evidence(
+    engine: Option<&Engine>,
+    command: EvidenceCommand,
+    output: &Output,
+) -> Result<u8, CliError> {
+    match command {
+        EvidenceCommand::Export {
+            id,
+            output: file,
+            key,
+        } => {
+            let Some(engine) = engine else {
+                return Ok(0);
+            };
+            let session_id = super::session_id(&id)?;
+            let key = signer(key.as_deref())?;
+            let bundle = engine.export_bundle(session_id, key.as_ref())?;
+            let bytes = serde_json::to_vec(&bundle).map_err(|error| CliError::Io {
+                context: "encoding the bundle".into(),
+                source: std::io::Error::other(error),
+            })?;
+            write_new_file(&file, &bytes)?;
+            if output.json {
+                output.json(&json!({
+                    "path": file,
+                    "session_id": session_id,
+                    "events": bundle.events.len(),
+                    "blobs": bundle.blobs.len(),
+                }))?;
+            } else {
+                output.line(&format!(
+                    "wrote {}: {} events of session {session_id} with their proofs, {} blobs",
+                    file.display(),
+                    bundle.events.len(),
+                    bundle.blobs.len()
+                ))?;
+            }
+            Ok(0)
+        }
+        EvidenceCommand::Verify { file, vkey } => {
+            let limit = sandlog_runtime::core::bundle::BUNDLE_BYTES_MAX;
+            let metadata = std::fs::metadata(&file).map_err(|source| CliError::Io {
+                context: format!("reading bundle {}", file.display()),
+                source,
+            })?;
+            if metadata.len() > limit {
+                return Err(CliError::Integrity(format!(
+                    "{} is larger than the {limit}-byte limit of a bundle: not a sandlog bundle",
+                    file.display()
+                )));
+            }
+            let bytes = std::fs::read(&file).map_err(|source| CliError::Io {
+                context: format!("reading bundle {}", file.display()),
+                source,
+            })?;
+            let key = read_verifier_key(&vkey)?;
+            let report = verify_bundle(&bytes, &key)?;
+            if output.json {
+                output.json(&report)?;
+            } else {
+                let state = report.state.as_ref();
+                output.line(&format!(
+                    "{}: session {}: {} events proven against checkpoint {} of {}, {} blobs checked{}; status {}, {} executions, {} files",
+                    output.good("ok"),
+                    report.session_id,
+                    report.events,
+                    report.checkpoint_size,
+                    report.origin,
+                    report.blobs,
+                    if report.missing_blobs.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({} referenced blobs not carried: erased or not kept)", report.missing_blobs.len())
+                    },
+                    state.map_or("unknown", |state| state.status.as_str()),
+                    state.map_or(0, |state| state.exec_count),
+                    state.map_or(0, |state| state.files.len()),
+                ))?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// `tree rebuild`, `tree verify`.
+pub fn tree(engine: &Engine, command: TreeCommand, output: &Output) -> Result<u8, CliError> {
+    let store = engine.store();
+    let (events, root) = match command {
+        TreeCommand::Rebuild => {
+            let folded = store
+                .rebuild_merkle()
+                .map_err(sandlog_runtime::RuntimeError::from)?;
+            let (_, root) = store
+                .merkle_head()
+                .map_err(sandlog_runtime::RuntimeError::from)?;
+            (folded, root)
+        }
+        TreeCommand::Verify => {
+            let report = store
+                .verify_merkle()
+                .map_err(sandlog_runtime::RuntimeError::from)?;
+            (report.size, report.root)
+        }
+    };
+    if output.json {
+        output.json(&json!({"ok": true, "events": events, "root": root.to_hex()}))?;
+    } else {
+        output.line(&format!(
+            "{}: tree of {events} events, root {root}",
+            output.good("ok")
+        ))?;
+    }
+    Ok(0)
+}
