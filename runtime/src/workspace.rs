@@ -249,9 +249,9 @@ impl Workspace {
     }
 
     /// Every regular file, by path, without following symlinks, under
-    /// [`ScanLimits::default`]. Entries whose names are not valid workspace
-    /// paths (not UTF-8, say) are skipped with a warning: sandlog cannot
-    /// name them.
+    /// [`ScanLimits::default`]. Every name is recorded losslessly (names
+    /// that are not UTF-8 or hold a backslash in the escaped text form of
+    /// [`WorkspacePath`]).
     ///
     /// # Errors
     ///
@@ -283,7 +283,7 @@ impl Workspace {
             visited: 0,
             stopped: None,
             workspace: &self.path,
-            prefix: None,
+            prefixes: Vec::new(),
             prefix_of: Vec::new(),
         };
         crate::tree::walk(&self.dir, &mut scanner).map_err(RuntimeError::io(format!(
@@ -338,24 +338,40 @@ struct Scanner<'a> {
     visited: u64,
     stopped: Option<ExecutionLimit>,
     workspace: &'a Path,
-    /// The workspace path of the directory being listed, cached for the
-    /// `parents` it was computed from (a directory's entries are listed
-    /// together).
-    prefix: Option<WorkspacePath>,
+    /// The workspace paths of the directories on the way to the one being
+    /// listed (`None` where a name cannot be a workspace path), for the
+    /// `parents` in `prefix_of`.
+    prefixes: Vec<Option<WorkspacePath>>,
     prefix_of: Vec<std::ffi::OsString>,
 }
 
 impl Scanner<'_> {
     fn prefix(&mut self, parents: &[std::ffi::OsString]) -> Option<Option<WorkspacePath>> {
-        if parents.is_empty() {
-            return Some(None);
+        // `prefixes[i]` names `parents[..=i]`; keep what the previous
+        // directory shares with this one and join only the rest, so a deep
+        // walk costs one join per directory, not one per ancestor.
+        let shared = self
+            .prefix_of
+            .iter()
+            .zip(parents)
+            .take_while(|(old, new)| old == new)
+            .count();
+        self.prefixes.truncate(shared);
+        self.prefix_of.truncate(shared);
+        for name in parents.iter().skip(shared) {
+            let next = match self.prefixes.last() {
+                None => WorkspacePath::from_os_name(name).ok(),
+                Some(Some(parent)) => parent.join_os(name).ok(),
+                Some(None) => None,
+            };
+            self.prefixes.push(next);
+            self.prefix_of.push(name.clone());
         }
-        if self.prefix_of.as_slice() != parents {
-            let joined: Option<Vec<&str>> = parents.iter().map(|name| name.to_str()).collect();
-            self.prefix = joined.and_then(|names| WorkspacePath::parse(&names.join("/")).ok());
-            self.prefix_of = parents.to_vec();
+        match self.prefixes.last() {
+            None => Some(None),
+            Some(Some(path)) => Some(Some(path.clone())),
+            Some(None) => None,
         }
-        self.prefix.clone().map(Some)
     }
 }
 
@@ -384,14 +400,12 @@ impl crate::tree::Visitor for Scanner<'_> {
             // into only because it could): nothing under it can be.
             return Ok(Visit::Next);
         };
+        // Every name a directory can hold has a lossless workspace path
+        // (the escaped text form); only the length and depth limits refuse.
         let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            tracing::warn!(workspace = %self.workspace.display(), "skipping an entry whose name is not UTF-8");
-            return Ok(Visit::Next);
-        };
         let joined = match &parent {
-            None => WorkspacePath::parse(name),
-            Some(parent) => parent.join(name),
+            None => WorkspacePath::from_os_name(&name),
+            Some(parent) => parent.join_os(&name),
         };
         let file_type = entry.file_type()?;
         let path = match joined {
@@ -404,7 +418,7 @@ impl crate::tree::Visitor for Scanner<'_> {
                 return Ok(Visit::Next);
             }
             Err(_) => {
-                tracing::warn!(workspace = %self.workspace.display(), name, "skipping an entry sandlog cannot name");
+                tracing::warn!(workspace = %self.workspace.display(), name = %name.to_string_lossy(), "skipping an entry sandlog cannot name");
                 return Ok(Visit::Next);
             }
         };
@@ -582,11 +596,9 @@ impl Workspace {
         let map = || self.map_error(path, "writing");
         // Staged at the top of the workspace: the parent directories are
         // made only on commit, so a refused write leaves nothing at all.
-        let temporary = format!(
-            ".{}.sandlog-{}",
-            path.file_name(),
-            uuid::Uuid::new_v4().simple()
-        );
+        // The name leaves out the target's: a 255-byte target name (or its
+        // escaped text) would make it too long for the filesystem.
+        let temporary = format!(".sandlog-{}.tmp", uuid::Uuid::new_v4().simple());
         let mut options = OpenOptions::new();
         options.read(true).write(true).create_new(true);
         let file = self.dir.open_with(&temporary, &options).map_err(map())?;

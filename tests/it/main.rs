@@ -6,12 +6,12 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Adopting hostile seed workspaces: links out, special files, deep trees.
+mod hostile_adopt;
 /// Hostile file names: lossless names, nothing outside the workspace.
 mod hostile_names;
 /// Hostile workspaces and the bounds of the host's work after a run.
 mod hostile_scan;
-/// Adopting hostile seed workspaces: links out, special files, deep trees.
-mod hostile_adopt;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.

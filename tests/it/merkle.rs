@@ -138,7 +138,9 @@ fn a_store_from_before_the_tree_gets_it_on_open() -> TestResult {
     let before = temp.store.merkle_head()?;
     {
         let connection = rusqlite::Connection::open(temp.path())?;
-        connection.execute_batch("DROP TABLE merkle_nodes; PRAGMA user_version = 1;")?;
+        connection.execute_batch(
+            "DROP TABLE merkle_nodes; DROP TABLE checkpoints; PRAGMA user_version = 1;",
+        )?;
     }
     let temp = temp.reopen()?;
     assert_eq!(temp.store.merkle_head()?, before);
