@@ -275,11 +275,14 @@ impl Engine {
     }
 
     /// Checks that today's log extends the log a checkpoint signed earlier:
-    /// the signature, then a consistency proof from the checkpoint's size
+    /// the signature, the hash chain, then a consistency proof from the checkpoint's size
     /// to now against the checkpoint's root and a root recomputed from the
     /// events (so neither rewritten events nor rewritten tree nodes pass).
     pub fn verify_checkpoint(&self, note: &str, key: &VerifierKey) -> Result<CheckpointCheck> {
         let checkpoint = Checkpoint::verify(note, key).map_err(RuntimeError::Note)?;
+        // The chain first: the tree's leaves are the stored hashes, so an
+        // event altered without re-chaining is caught here, not there.
+        self.store.verify()?;
         let report = self.store.verify_merkle()?;
         if checkpoint.size > report.size {
             return Err(RuntimeError::NotConsistent {

@@ -46,8 +46,10 @@ fn event(i: u64) -> NewEvent {
         actor: "api:bench".into(),
         correlation_id: None,
         causation_id: None,
-        payload: format!(r#"{{"i":{i},"note":"a payload of a typical size for a lifecycle event"}}"#)
-            .into_bytes(),
+        payload: format!(
+            r#"{{"i":{i},"note":"a payload of a typical size for a lifecycle event"}}"#
+        )
+        .into_bytes(),
     }
 }
 
@@ -73,7 +75,9 @@ fn main() -> BenchResult<()> {
     let started = Instant::now();
     let mut appended = 0u64;
     while appended < events {
-        let batch: Vec<NewEvent> = (appended..(appended + 1000).min(events)).map(event).collect();
+        let batch: Vec<NewEvent> = (appended..(appended + 1000).min(events))
+            .map(event)
+            .collect();
         store.append(StreamId::System, ExpectedVersion::Any, &batch)?;
         appended += batch.len() as u64;
     }
@@ -81,7 +85,10 @@ fn main() -> BenchResult<()> {
     drop(store);
 
     // Single durable appends with the tree.
-    let durable = EventStore::open(&dir.join(format!("durable-{}.db", std::process::id())), OpenOptions::default().clock(Arc::new(clock.clone())))?;
+    let durable = EventStore::open(
+        &dir.join(format!("durable-{}.db", std::process::id())),
+        OpenOptions::default().clock(Arc::new(clock.clone())),
+    )?;
     let mut singles = Vec::new();
     for i in 0..300 {
         let started = Instant::now();
@@ -171,7 +178,10 @@ fn main() -> BenchResult<()> {
         "append with tree, batches of 1,000    | {:>10.0} events/s",
         events as f64 / batched.as_secs_f64()
     );
-    println!("single durable append with tree      | {:>10.0} µs median", single.as_secs_f64() * 1e6);
+    println!(
+        "single durable append with tree      | {:>10.0} µs median",
+        single.as_secs_f64() * 1e6
+    );
     println!(
         "tree rebuild                          | {:>10.0} events/s (target >= 500,000)",
         events as f64 / rebuild.as_secs_f64()
@@ -180,7 +190,10 @@ fn main() -> BenchResult<()> {
         "inclusion proof at {events}          | {:>10.3} ms median (target <= 1 ms)",
         ms(median(inclusion))
     );
-    println!("consistency proof to {events}        | {:>10.3} ms median", ms(median(consistency)));
+    println!(
+        "consistency proof to {events}        | {:>10.3} ms median",
+        ms(median(consistency))
+    );
     println!(
         "verify_merkle (every node)            | {:>10.0} events/s",
         events as f64 / verify.as_secs_f64()
@@ -190,7 +203,10 @@ fn main() -> BenchResult<()> {
         ms(export),
         bytes.len() / 1024
     );
-    println!("bundle of 1,000 events: verify        | {:>10.1} ms", ms(bundle_verify));
+    println!(
+        "bundle of 1,000 events: verify        | {:>10.1} ms",
+        ms(bundle_verify)
+    );
     for (files, scan_ms, duration_ms) in scans {
         println!(
             "post-run scan, {files:>6} files changed  | {scan_ms:>10} ms (guest ran {duration_ms} ms)"

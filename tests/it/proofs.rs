@@ -203,3 +203,39 @@ fn the_log_must_extend_an_earlier_checkpoint() -> TestResult {
     );
     Ok(())
 }
+
+/// Goal: altering, deleting or inserting any event after a checkpoint makes
+/// `verify_checkpoint` fail, each with an integrity error naming the cause.
+/// Method: one fresh root per tamper, applied with plain SQL.
+#[test]
+fn altered_deleted_or_inserted_events_fail_checkpoint_verification() -> TestResult {
+    let tampers: [(&str, &str); 4] = [
+        (
+            "altered",
+            "UPDATE events SET actor = 'cli:mallory' WHERE position = 2",
+        ),
+        ("deleted middle", "DELETE FROM events WHERE position = 2"),
+        (
+            "deleted last",
+            "DELETE FROM events WHERE position = (SELECT max(position) FROM events)",
+        ),
+        (
+            "inserted",
+            "INSERT INTO events SELECT 1000, stream, 1000, randomblob(16), kind, schema, recorded_at, actor, \
+             correlation_id, causation_id, payload, hash, hash FROM events WHERE position = 1",
+        ),
+    ];
+    for (name, sql) in tampers {
+        let (mut root, _) = populated()?;
+        let key = sandlog_core::note::SignerKey::from_seed("sandlog.test/log", [6; 32])?;
+        let signed = root.engine.sign_checkpoint(&key)?;
+        sandlog_tests::open_tamperer(&root.path().join("sandlog.db"))?.execute_batch(sql)?;
+        root.reopen().ok();
+        let error = root
+            .engine
+            .verify_checkpoint(&signed.note, &key.verifier())
+            .expect_err(name);
+        assert!(error.is_integrity(), "{name}: {error}");
+    }
+    Ok(())
+}
