@@ -116,6 +116,19 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process (or engine) holds the session's lease: an execution
+    /// or write is running in it, or it is being pruned or deleted. Nothing
+    /// was changed. Retry when it finishes, or wait longer.
+    #[error(
+        "session {session_id} is busy: another execution, write, prune or delete holds its lease (waited {} ms); retry when it finishes, or wait longer (`session delete --wait DUR`)",
+        wait.as_millis()
+    )]
+    Busy {
+        /// The session.
+        session_id: SessionId,
+        /// How long the command waited for the lease.
+        wait: std::time::Duration,
+    },
 }
 
 impl RuntimeError {
@@ -145,6 +158,7 @@ impl RuntimeError {
                 "permission_denied"
             }
             Self::Io { .. } => "io",
+            Self::Busy { .. } => "busy",
         }
     }
 

@@ -12,6 +12,7 @@
 //! * [`engine`]: `Engine::open`, sessions, execute, host file operations.
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
@@ -20,6 +21,7 @@ pub mod adopt;
 pub mod applier;
 pub mod engine;
 pub mod error;
+pub mod lease;
 pub mod lifecycle;
 pub mod sandbox;
 pub mod verify;
