@@ -11,3 +11,6 @@ mod lifecycle;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;
+/// Leases: prune and delete beside a running execution in another
+/// process; a pending intent that keeps failing.
+mod hostile_lease;
