@@ -29,8 +29,7 @@ const START_WAIT: Duration = Duration::from_secs(120);
 
 /// A root whose engine uses the system clock, as the child's does (the
 /// child and the test append to one log).
-fn system_root() -> Result<(tempfile::TempDir, Engine), Box<dyn std::error::Error + Send + Sync>>
-{
+fn system_root() -> Result<(tempfile::TempDir, Engine), Box<dyn std::error::Error + Send + Sync>> {
     let dir = tempfile::tempdir()?;
     let root = Engine::init(dir.path())?;
     let engine = Engine::open(&root, system_options())?;
@@ -169,7 +168,10 @@ fn a_killed_execution_releases_its_lease() -> TestResult {
     let (dir, engine) = system_root()?;
     let id = engine.create_session(BTreeMap::new())?.session_id;
     let mut child = spawn_child(dir.path(), id, 60)?;
-    wait_started(&mut child, &engine.layout().workspace(id).join("started.txt"))?;
+    wait_started(
+        &mut child,
+        &engine.layout().workspace(id).join("started.txt"),
+    )?;
     let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
     assert_eq!(
         report.skipped_reasons.get(&id).map(String::as_str),
@@ -179,7 +181,11 @@ fn a_killed_execution_releases_its_lease() -> TestResult {
     child.wait()?;
     let asked = Instant::now();
     engine.delete_session_waiting(id, "holder died", Duration::from_secs(5))?;
-    assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
     assert_eq!(engine.session(id)?.status, SessionStatus::Deleted);
     assert_eq!(engine.session(id)?.exec_count, 0);
     assert!(!engine.layout().workspace(id).exists());
@@ -197,9 +203,8 @@ fn two_engines_in_one_process_exclude_each_other() -> TestResult {
     let id = first.create_session(BTreeMap::new())?.session_id;
     let marker = first.layout().workspace(id).join("started.txt");
     let runner = std::thread::spawn(move || {
-        let mut request = ExecRequest::python(
-            "import time\nopen('started.txt', 'w').write('x')\ntime.sleep(2)",
-        );
+        let mut request =
+            ExecRequest::python("import time\nopen('started.txt', 'w').write('x')\ntime.sleep(2)");
         request.limits.timeout = Some(Duration::from_secs(60));
         first.execute(id, &request)
     });

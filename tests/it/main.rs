@@ -6,11 +6,11 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Leases: prune and delete beside a running execution in another
+/// process; a pending intent that keeps failing.
+mod hostile_lease;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;
-/// Leases: prune and delete beside a running execution in another
-/// process; a pending intent that keeps failing.
-mod hostile_lease;
