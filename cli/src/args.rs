@@ -246,6 +246,12 @@ pub enum SessionCommand {
         /// Why (recorded in the log).
         #[arg(long, default_value = "deleted by operator")]
         reason: String,
+        /// How long to wait for an execution or write that is running in
+        /// the session (in this or another process) to finish. Still
+        /// running then, the command fails with `busy` and changes
+        /// nothing; `--wait 0s` fails at once, a longer DUR waits longer.
+        #[arg(long, value_name = "DUR", default_value = "10s")]
+        wait: String,
     },
 }
 

@@ -166,6 +166,10 @@ pub fn describe(envelope: &Envelope) -> String {
             "reconcile: {} intents finished, {} orphans, {} drift, {} errors",
             run.intents_finished, run.orphans, run.drift, run.errors
         ),
+        Event::SessionIntentFailed(failed) => format!(
+            "finishing the {} intent failed (still pending): {}",
+            failed.intent, failed.error
+        ),
         _ => envelope.kind.clone(),
     }
 }

@@ -446,6 +446,21 @@ pub struct ReconcileRunCompleted {
     pub duration_us: u64,
 }
 
+/// `session.intent.failed`: finishing a pending prune or delete intent
+/// failed (the directory could not be removed, say). The intent stays
+/// pending and is retried by `reconcile` and on open; the same failure is
+/// recorded once, not on every retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionIntentFailed {
+    /// `prune` or `delete`.
+    pub intent: String,
+    /// The prune run of a prune intent, when known.
+    #[serde(default)]
+    pub run_id: Option<Uuid>,
+    /// What went wrong.
+    pub error: String,
+}
+
 macro_rules! events {
     ($($variant:ident($payload:ident) = $kind:literal, schema $schema:literal;)*) => {
         /// A typed event.
@@ -521,6 +536,7 @@ events! {
     PruneRunStarted(PruneRunStarted) = "prune.run.started", schema 1;
     PruneRunCompleted(PruneRunCompleted) = "prune.run.completed", schema 1;
     ReconcileRunCompleted(ReconcileRunCompleted) = "reconcile.run.completed", schema 1;
+    SessionIntentFailed(SessionIntentFailed) = "session.intent.failed", schema 1;
 }
 
 /// Serialises a payload struct.

@@ -321,9 +321,16 @@ impl Engine {
             session_locks: Mutex::new(HashMap::new()),
         };
         if engine.options.finish_intents_on_open {
-            let finished = engine.finish_pending_intents()?;
-            if finished > 0 {
-                tracing::info!(finished, "finished pending intents left by an earlier run");
+            // An intent that cannot be finished is recorded and left
+            // pending; it must not keep the whole root from opening.
+            match engine.finish_pending_intents() {
+                Ok(0) => {}
+                Ok(finished) => {
+                    tracing::info!(finished, "finished pending intents left by an earlier run");
+                }
+                Err(error) => {
+                    tracing::error!(%error, "finishing pending intents failed; `reconcile` retries them");
+                }
             }
         }
         Ok(engine)
@@ -385,6 +392,41 @@ impl Engine {
     /// Sessions, optionally of one status.
     pub fn sessions(&self, status: Option<SessionStatus>) -> Result<Vec<SessionSummary>> {
         Ok(query::sessions(&self.store, status)?)
+    }
+
+    /// Takes the session's shared lease (waiting up to
+    /// [`crate::lease::USE_WAIT_MAX`] for a prune or delete holding it) and
+    /// returns the session, which must be active *after* the lease is held:
+    /// a prune or delete that finished meanwhile wins.
+    fn lease_active(&self, session_id: SessionId) -> Result<(crate::lease::Lease, SessionState)> {
+        // Checked before the lease so that an unknown or finished session
+        // never gets a lease file.
+        let summary = self.session(session_id)?;
+        if summary.status != SessionStatus::Active {
+            return Err(RuntimeError::SessionNotActive {
+                session_id,
+                status: summary.status,
+            });
+        }
+        let lease = crate::lease::Lease::acquire_or_busy(
+            &self.layout.root,
+            session_id,
+            crate::lease::LeaseMode::Shared,
+            crate::lease::USE_WAIT_MAX,
+        )?;
+        match self.active_session(session_id) {
+            Ok(session) => Ok((lease, session)),
+            Err(RuntimeError::SessionNotActive { session_id, status }) => {
+                // Finished while this waited; its lease file may have been
+                // removed and just recreated by this open. Any holder
+                // re-reads a terminal status, so removing it is safe.
+                if !status.has_workspace() {
+                    let _ = lease.remove();
+                }
+                Err(RuntimeError::SessionNotActive { session_id, status })
+            }
+            Err(error) => Err(error),
+        }
     }
 
     fn active_session(&self, session_id: SessionId) -> Result<SessionState> {
@@ -465,7 +507,9 @@ impl Engine {
         let lock = self.lock_session(session_id);
         let _guard: MutexGuard<'_, ()> =
             lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = self.active_session(session_id)?;
+        // Held through the run and the append: the workspace is never
+        // removed under the guest.
+        let (_lease, session) = self.lease_active(session_id)?;
         let (module, args, stdin) = self.prepare(request)?;
         let limits = self.limits(&request.limits);
         let workspace_path = self.layout.workspace(session_id);
@@ -775,7 +819,7 @@ impl Engine {
     ) -> Result<FileView> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = self.active_session(session_id)?;
+        let (_lease, session) = self.lease_active(session_id)?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         match workspace.is_dir(path)? {
             Some(true) => {
@@ -875,7 +919,7 @@ impl Engine {
     ) -> Result<Vec<WorkspacePath>> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = self.active_session(session_id)?;
+        let (_lease, session) = self.lease_active(session_id)?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         if workspace.is_dir(path)?.is_none() && !session.files.contains_key(path) {
             return Err(RuntimeError::FileNotFound {

@@ -156,6 +156,19 @@ pub enum RuntimeError {
         /// What to do about it.
         remedy: &'static str,
     },
+    /// Another process (or engine) holds the session's lease: an execution
+    /// or write is running in it, or it is being pruned or deleted. Nothing
+    /// was changed. Retry when it finishes, or wait longer.
+    #[error(
+        "session {session_id} is busy: another execution, write, prune or delete holds its lease (waited {} ms); retry when it finishes, or wait longer (`session delete --wait DUR`)",
+        wait.as_millis()
+    )]
+    Busy {
+        /// The session.
+        session_id: SessionId,
+        /// How long the command waited for the lease.
+        wait: std::time::Duration,
+    },
 }
 
 impl RuntimeError {
@@ -188,6 +201,7 @@ impl RuntimeError {
             Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => "integrity",
             Self::NoCheckpoint => "not_found",
             Self::InputTooLarge { .. } => "too_large",
+            Self::Busy { .. } => "busy",
         }
     }
 

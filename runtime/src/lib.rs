@@ -12,6 +12,7 @@
 //! * [`engine`]: `Engine::open`, sessions, execute, host file operations.
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
@@ -21,6 +22,7 @@ pub mod adopt;
 pub mod applier;
 pub mod engine;
 pub mod error;
+pub mod lease;
 pub mod lifecycle;
 pub mod proofs;
 pub mod sandbox;

@@ -8,18 +8,25 @@
 //! intent's append fail, so the session is kept (P7). A crash between
 //! intent and completion is finished by [`Engine::finish_pending_intents`],
 //! which `Engine::open` runs.
+//!
+//! Destroying holds the session's exclusive [`Lease`], so a workspace is
+//! never removed under a running execution: prune skips such a session as
+//! [`BUSY_SKIP_REASON`], delete waits a bounded time and then fails with
+//! [`RuntimeError::Busy`]. An intent that cannot be finished is recorded
+//! once as `session.intent.failed`, stays pending, and never keeps the
+//! root from opening or other sessions from working.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sandlog_core::event::{
     Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted,
-    SessionPruneFailed, SessionPruneRequested, SessionPruned,
+    SessionIntentFailed, SessionPruneFailed, SessionPruneRequested, SessionPruned,
 };
 use sandlog_core::human::format_size;
-use sandlog_core::{PrunePolicy, SessionId, StreamId, StreamVersion};
+use sandlog_core::{PrunePolicy, SessionId, StreamId, StreamVersion, Timestamp};
 use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter};
 use sandlog_projections::SessionStatus;
 use sandlog_projections::prune::PruneCandidate;
@@ -29,7 +36,36 @@ use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
 use crate::workspace::fsync_dir;
+
+/// The reason prune gives for a session it kept because another execution,
+/// write or delete held its lease.
+pub const BUSY_SKIP_REASON: &str = "busy";
+
+/// A pending prune or delete intent whose last attempt to finish failed
+/// (for `reconcile` and `stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedIntent {
+    /// The session, still `pruning` or `deleting`.
+    pub session_id: SessionId,
+    /// `prune` or `delete`.
+    pub intent: String,
+    /// What went wrong, as recorded.
+    pub error: String,
+    /// When the failure was first recorded.
+    pub recorded_at: Timestamp,
+    /// Position of the `session.intent.failed` event.
+    pub position: u64,
+}
+
+/// The intent name recorded for a pending status.
+fn intent_name(status: SessionStatus) -> &'static str {
+    match status {
+        SessionStatus::Pruning => "prune",
+        _ => "delete",
+    }
+}
 
 /// Injects failures into destructive steps: for tests and chaos drills
 /// (the seed scenario "permission denied on one session" cannot be staged
@@ -211,6 +247,29 @@ impl Engine {
         let session_id = candidate.session_id;
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Held through intent, removal and completion: an execution cannot
+        // start in between, and one that runs now keeps its workspace.
+        let lease = match Lease::acquire(
+            &self.layout.root,
+            session_id,
+            LeaseMode::Exclusive,
+            Duration::ZERO,
+        ) {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, reason = BUSY_SKIP_REASON, "skipped: its lease is held");
+                report.skipped_sessions.push(session_id);
+                report
+                    .skipped_reasons
+                    .insert(session_id, BUSY_SKIP_REASON.to_owned());
+                return;
+            }
+            Err(error) => {
+                tracing::error!(target: "sandlog::prune", %session_id, %error, "taking the lease failed");
+                report.errors.insert(session_id, error.to_string());
+                return;
+            }
+        };
         tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", %session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
         let intent = Event::SessionPruneRequested(SessionPruneRequested {
             run_id,
@@ -255,6 +314,9 @@ impl Engine {
                         tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
                         report.deleted_sessions.push(session_id);
                         report.reclaimed_bytes += bytes;
+                        if let Err(error) = lease.remove() {
+                            tracing::warn!(%session_id, %error, "removing the lease file failed");
+                        }
                     }
                     Err(error) => {
                         report.errors.insert(
@@ -282,10 +344,35 @@ impl Engine {
         }
     }
 
-    /// Deletes a session (S6): intent, removal, completion.
+    /// Deletes a session (S6): intent, removal, completion. Waits up to
+    /// [`DELETE_WAIT_DEFAULT`] for a running execution or write to finish.
     pub fn delete_session(&self, session_id: SessionId, reason: &str) -> Result<DeleteReport> {
+        self.delete_session_waiting(session_id, reason, DELETE_WAIT_DEFAULT)
+    }
+
+    /// Deletes a session, waiting up to `wait` (zero: not at all) for the
+    /// session's lease; still held then, fails with [`RuntimeError::Busy`]
+    /// and changes nothing. A removal that fails is recorded once as
+    /// `session.intent.failed`; the intent stays pending for `reconcile`.
+    pub fn delete_session_waiting(
+        &self,
+        session_id: SessionId,
+        reason: &str,
+        wait: Duration,
+    ) -> Result<DeleteReport> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Checked before the lease so that an unknown or finished session
+        // never gets a lease file; read again under the lease.
+        let session = self.session(session_id)?;
+        if !session.status.has_workspace() {
+            return Err(RuntimeError::SessionNotActive {
+                session_id,
+                status: session.status,
+            });
+        }
+        let lease =
+            Lease::acquire_or_busy(&self.layout.root, session_id, LeaseMode::Exclusive, wait)?;
         let session = self.session(session_id)?;
         let version = match session.status {
             SessionStatus::Active => {
@@ -309,7 +396,13 @@ impl Engine {
             SessionStatus::Deleting => session.version,
             status => return Err(RuntimeError::SessionNotActive { session_id, status }),
         };
-        let bytes = self.remove_workspace(session_id)?;
+        let bytes = match self.remove_workspace(session_id) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                self.record_intent_failure(session_id, SessionStatus::Deleting, None, &error);
+                return Err(error);
+            }
+        };
         let done = Event::SessionDeleted(SessionDeleted {
             reason: reason.to_owned(),
             reclaimed_bytes: bytes,
@@ -320,6 +413,9 @@ impl Engine {
             &[self.event(&done)],
         )?;
         tracing::info!(target: "sandlog::lifecycle", event = "session.deleted", %session_id, bytes, "session deleted");
+        if let Err(error) = lease.remove() {
+            tracing::warn!(%session_id, %error, "removing the lease file failed");
+        }
         Ok(DeleteReport {
             session_id,
             reclaimed_bytes: bytes,
@@ -329,19 +425,30 @@ impl Engine {
     /// Finishes every pending prune or delete intent (C1, C2): removes the
     /// directory and appends the completion as the applier. Returns how
     /// many it finished. Safe to run from several processes: a completion
-    /// expects the intent's version, so only one lands.
+    /// expects the intent's version, so only one lands. An intent that
+    /// fails is recorded (once) and skipped; the others are still finished.
+    /// A session whose lease is held (another process is finishing it) is
+    /// left for later.
     pub fn finish_pending_intents(&self) -> Result<u64> {
         let mut finished = 0;
         for status in [SessionStatus::Pruning, SessionStatus::Deleting] {
             for session in query::sessions(&self.store, Some(status))? {
-                if self.finish_intent(session.session_id, status, session.version)? {
-                    finished += 1;
+                match self.finish_intent(session.session_id, status, session.version) {
+                    Ok(true) => finished += 1,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(target: "sandlog::applier", session_id = %session.session_id, %error, "a pending intent could not be finished; it stays pending");
+                    }
                 }
             }
         }
         Ok(finished)
     }
 
+    /// Finishes one pending intent under the session's exclusive lease
+    /// (`Ok(false)`: the lease is held elsewhere, or another process
+    /// finished it first). A failure is recorded as `session.intent.failed`
+    /// unless the stream already ends with the same failure.
     pub(crate) fn finish_intent(
         &self,
         session_id: SessionId,
@@ -350,6 +457,44 @@ impl Engine {
     ) -> Result<bool> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(lease) = Lease::acquire(
+            &self.layout.root,
+            session_id,
+            LeaseMode::Exclusive,
+            Duration::ZERO,
+        )?
+        else {
+            tracing::info!(target: "sandlog::applier", %session_id, "pending intent left for later: its lease is held");
+            return Ok(false);
+        };
+        match self.finish_intent_leased(session_id, status, version) {
+            Ok(Some(terminal)) => {
+                if terminal && let Err(error) = lease.remove() {
+                    tracing::warn!(%session_id, %error, "removing the lease file failed");
+                }
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(error) => {
+                let run_id = match status {
+                    SessionStatus::Pruning => self.pending_run_id(session_id).ok().flatten(),
+                    _ => None,
+                };
+                self.record_intent_failure(session_id, status, run_id, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// The body of [`Engine::finish_intent`]: `Some(terminal)` when a
+    /// completion was recorded (`terminal`: the workspace is gone), `None`
+    /// when another process recorded one first.
+    fn finish_intent_leased(
+        &self,
+        session_id: SessionId,
+        status: SessionStatus,
+        version: StreamVersion,
+    ) -> Result<Option<bool>> {
         let applier = |event: &Event| {
             let mut new = self.event(event);
             new.actor = "applier".to_owned();
@@ -376,7 +521,7 @@ impl Engine {
                     reclaimed_bytes: bytes,
                 })
             }
-            _ => return Ok(false),
+            _ => return Ok(None),
         };
         match self.store.append(
             session_id.stream(),
@@ -385,11 +530,99 @@ impl Engine {
         ) {
             Ok(_) => {
                 tracing::info!(target: "sandlog::applier", %session_id, kind = event.kind(), "finished a pending intent");
-                Ok(true)
+                Ok(Some(!matches!(event, Event::SessionPruneFailed(_))))
             }
-            Err(EventStoreError::VersionConflict { .. }) => Ok(false),
+            Err(EventStoreError::VersionConflict { .. }) => Ok(None),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// The last `session.intent.failed` of a session's stream, if any.
+    fn last_intent_failure(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<(sandlog_core::Envelope, SessionIntentFailed)>> {
+        let filter = LogFilter {
+            stream: Some(session_id.stream()),
+            kinds: vec!["session.intent.failed".to_owned()],
+            ..LogFilter::default()
+        };
+        let mut last = None;
+        for envelope in self.store.query(filter) {
+            let envelope = envelope?;
+            if let Some(Event::SessionIntentFailed(failed)) = envelope.event()? {
+                last = Some((envelope, failed));
+            }
+        }
+        Ok(last)
+    }
+
+    /// Records that finishing a pending intent failed, unless the stream
+    /// already ends with the same failure (so a root reopened a thousand
+    /// times records it once). Never fails: a failure to record is logged,
+    /// and the intent is retried anyway.
+    fn record_intent_failure(
+        &self,
+        session_id: SessionId,
+        status: SessionStatus,
+        run_id: Option<Uuid>,
+        error: &RuntimeError,
+    ) {
+        let intent = intent_name(status);
+        let message = error.to_string();
+        tracing::error!(target: "sandlog::applier", event = "session.intent.failed", %session_id, intent, error = %message, "finishing a pending intent failed");
+        let record = || -> Result<()> {
+            let session = self.session(session_id)?;
+            if !session.status.is_pending() {
+                return Ok(());
+            }
+            if let Some((envelope, last)) = self.last_intent_failure(session_id)?
+                && envelope.version == session.version
+                && last.intent == intent
+                && last.error == message
+            {
+                return Ok(());
+            }
+            let failed = Event::SessionIntentFailed(SessionIntentFailed {
+                intent: intent.to_owned(),
+                run_id,
+                error: message.clone(),
+            });
+            let mut event = self.event(&failed);
+            event.actor = "applier".to_owned();
+            self.store.append(
+                session_id.stream(),
+                ExpectedVersion::Exact(session.version),
+                &[event],
+            )?;
+            Ok(())
+        };
+        if let Err(record_error) = record() {
+            tracing::error!(target: "sandlog::applier", %session_id, %record_error, "recording the intent failure failed");
+        }
+    }
+
+    /// Pending intents whose last attempt to finish failed: sessions still
+    /// `pruning` or `deleting` whose stream ends with
+    /// `session.intent.failed`. For `reconcile` and `stats`.
+    pub fn failed_intents(&self) -> Result<Vec<FailedIntent>> {
+        let mut failed = Vec::new();
+        for status in [SessionStatus::Pruning, SessionStatus::Deleting] {
+            for session in query::sessions(&self.store, Some(status))? {
+                if let Some((envelope, last)) = self.last_intent_failure(session.session_id)?
+                    && envelope.version == session.version
+                {
+                    failed.push(FailedIntent {
+                        session_id: session.session_id,
+                        intent: last.intent,
+                        error: last.error,
+                        recorded_at: envelope.recorded_at,
+                        position: envelope.position.0,
+                    });
+                }
+            }
+        }
+        Ok(failed)
     }
 
     fn pending_run_id(&self, session_id: SessionId) -> Result<Option<Uuid>> {

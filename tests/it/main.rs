@@ -8,6 +8,9 @@ mod engine;
 mod eventstore;
 /// Adopting hostile seed workspaces: links out, special files, deep trees.
 mod hostile_adopt;
+/// Leases: prune and delete beside a running execution in another
+/// process; a pending intent that keeps failing.
+mod hostile_lease;
 /// Hostile file names: lossless names, nothing outside the workspace.
 mod hostile_names;
 /// Hostile workspaces and the bounds of the host's work after a run.

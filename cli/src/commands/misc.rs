@@ -78,6 +78,7 @@ pub fn export_metadata(engine: &Engine, dir: &Path, output: &Output) -> Result<u
 
 pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     let stats = query::stats(engine.store()).map_err(sandlog_runtime::RuntimeError::from)?;
+    let failed_intents = engine.failed_intents()?;
     let head = engine
         .store()
         .head()
@@ -98,6 +99,7 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
             "files": stats.files,
             "executions": stats.executions,
             "cleanup": stats.cleanup,
+            "failed_intents": failed_intents,
         }))?;
         return Ok(0);
     }
@@ -153,6 +155,16 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
         "intents finished".to_owned(),
         cleanup.intents_finished.to_string(),
     ]);
+    table.add_row(vec![
+        "intents failing".to_owned(),
+        failed_intents.len().to_string(),
+    ]);
+    for failed in &failed_intents {
+        table.add_row(vec![
+            format!("  {} {}", failed.intent, failed.session_id),
+            failed.error.clone(),
+        ]);
+    }
     table.add_row(vec![
         "cleanup time".to_owned(),
         sandlog_runtime::core::human::format_duration(std::time::Duration::from_micros(

@@ -112,8 +112,15 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
             "errors": report.errors,
             "dry_run": report.dry_run,
             "duration_ms": report.duration_ms,
+            "failed_intents": report.failed_intents,
         }))?;
     } else {
+        for failed in &report.failed_intents {
+            output.line(&output.bad(&format!(
+                "session {}: the pending {} intent keeps failing: {}",
+                failed.session_id, failed.intent, failed.error
+            )))?;
+        }
         for action in &report.actions {
             output.line(&serde_json::to_string(action).unwrap_or_default())?;
         }

@@ -78,6 +78,9 @@ pub struct ReconcileReport {
     pub dry_run: bool,
     /// Wall time, milliseconds.
     pub duration_ms: u64,
+    /// Pending intents still failing after this run (each recorded once
+    /// as `session.intent.failed`).
+    pub failed_intents: Vec<crate::lifecycle::FailedIntent>,
 }
 
 impl Engine {
@@ -244,6 +247,7 @@ impl Engine {
             errors: BTreeMap::new(),
             dry_run: options.dry_run,
             duration_ms: 0,
+            failed_intents: Vec::new(),
         };
         for action in &actions {
             match action {
@@ -253,6 +257,7 @@ impl Engine {
             }
         }
         if options.dry_run || actions.is_empty() {
+            report.failed_intents = self.failed_intents()?;
             report.duration_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -271,6 +276,7 @@ impl Engine {
             }
         }
         progress(total, total);
+        report.failed_intents = self.failed_intents()?;
         report.duration_ms = started.elapsed().as_millis() as u64;
         let completed = Event::ReconcileRunCompleted(ReconcileRunCompleted {
             run_id,
