@@ -31,8 +31,9 @@ enum Entry {
     File(u64, blake3::Hash),
 }
 
-/// Everything under `root` except the database files and the workspace
-/// `skip`, by path bytes. Symlinks are recorded, not followed.
+/// Everything under `root` except the database files, the session leases
+/// (the engine's own lock files, named by session id, not by any path) and
+/// the workspace `skip`, by path bytes. Symlinks are recorded, not followed.
 fn snapshot(root: &Path, skip: &Path) -> std::io::Result<BTreeMap<Vec<u8>, Entry>> {
     let mut entries = BTreeMap::new();
     let mut pending = vec![root.to_owned()];
@@ -40,8 +41,9 @@ fn snapshot(root: &Path, skip: &Path) -> std::io::Result<BTreeMap<Vec<u8>, Entry
         for entry in std::fs::read_dir(&directory)? {
             let entry = entry?;
             let path = entry.path();
-            let top_level_db =
-                directory == root && entry.file_name().as_bytes().starts_with(b"sandlog.db");
+            let top_level_db = directory == root
+                && (entry.file_name().as_bytes().starts_with(b"sandlog.db")
+                    || entry.file_name() == "leases");
             if path == skip || top_level_db {
                 continue;
             }
