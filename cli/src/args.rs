@@ -64,8 +64,10 @@ pub enum LogFormat {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the root directory.
-    Init,
+    /// Create the root directory (its database and its anchor,
+    /// sandlog.anchor, which makes a missing or replaced database an
+    /// integrity failure instead of a silently new, empty log).
+    Init(InitArgs),
     /// Sessions: create, list, show, timeline, delete.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -447,8 +449,26 @@ pub struct AdoptArgs {
 /// `export-metadata` arguments.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Where to write `<uuid>.json` files.
+    /// Where to write `<uuid>.json` files. Symlinks there are never
+    /// followed.
     pub dir: PathBuf,
+    /// Replace existing `<uuid>.json` files (a symlink is replaced by a
+    /// file, never written through). Without it, an existing file is an
+    /// error and nothing is overwritten.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `init` arguments.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// For a root whose database is missing, emptied or replaced (exit 4
+    /// naming sandlog.anchor): keep the old anchor as
+    /// sandlog.anchor.replaced-<time> and make the current database (a new
+    /// one if it is missing or empty) this root's log. Existing workspaces
+    /// the new log does not know become orphans for `reconcile`.
+    #[arg(long)]
+    pub reset_log: bool,
 }
 
 /// `completions` arguments.

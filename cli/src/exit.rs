@@ -72,14 +72,7 @@ impl CliError {
                 {
                     EXIT_NOT_FOUND
                 } else if matches!(error, RuntimeError::Invalid(_)) {
-                    if matches!(
-                        error,
-                        RuntimeError::Invalid(sandlog_runtime::core::CoreError::InvalidPath { .. })
-                    ) {
-                        EXIT_FAILURE
-                    } else {
-                        EXIT_USAGE
-                    }
+                    EXIT_USAGE
                 } else {
                     EXIT_FAILURE
                 }
@@ -113,7 +106,8 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
             ExitCode::from(EXIT_OK)
         };
     }
-    if std::env::args().any(|arg| arg == "--json") {
+    // `args_os`: an argument that is not UTF-8 must not panic here.
+    if std::env::args_os().any(|arg| arg == "--json") {
         let message = error.render().to_string();
         let message = message
             .lines()
@@ -124,6 +118,7 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         let document = serde_json::json!({"error": {"kind": "usage", "message": message}});
         eprintln!("{document}");
     } else {
+        // A closed stderr is not worth a panic.
         let _ = error.print();
     }
     ExitCode::from(EXIT_USAGE)

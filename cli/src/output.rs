@@ -91,7 +91,12 @@ impl Output {
                 serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
             eprintln!("{document}");
         } else {
-            eprintln!("sandlog: error: {error}");
+            // Messages can carry guest-chosen names: escaped like every
+            // human line.
+            eprintln!(
+                "sandlog: error: {}",
+                crate::render::escape_for_terminal(&error.to_string())
+            );
         }
     }
 

@@ -282,7 +282,7 @@ fn documented_exit_codes_for_bad_input() -> TestResult {
     let id = create(&root);
     let error = json_failure(
         sandlog(&root).args(["--json", "files", "cat", &id, "../../etc/passwd"]),
-        1,
+        2,
     );
     assert_eq!(error["error"]["kind"], "invalid_path");
     assert!(
@@ -292,10 +292,10 @@ fn documented_exit_codes_for_bad_input() -> TestResult {
     sandlog(&root)
         .args(["files", "cat", &id, "/etc/passwd"])
         .assert()
-        .code(1)
+        .code(2)
         .stderr_has("absolute");
     let missing = dir.path().join("nope");
-    let out = json_failure(sandlog(&missing).args(["--json", "session", "list"]), 1);
+    let out = json_failure(sandlog(&missing).args(["--json", "session", "list"]), 3);
     assert_eq!(out["error"]["kind"], "root_missing");
     let out = json_failure(sandlog(&root).args(["--json", "session", "frobnicate"]), 2);
     assert_eq!(out["error"]["kind"], "usage");
@@ -321,7 +321,7 @@ fn verify_detects_tampering_and_checks_digests() -> TestResult {
     );
     let ok = json_success(sandlog(&root).args(["--json", "verify", "--digest", &pinned]));
     assert_eq!(ok["ok"], true);
-    assert_eq!(ok["events"], 2);
+    assert_eq!(ok["events"], 3, "genesis, session.created, file.written");
     sandlog(&root)
         .args(["verify", "--digest", "2:zz"])
         .assert()
@@ -368,9 +368,9 @@ fn forensics_and_lifecycle_commands_report_json() -> TestResult {
         text_success(sandlog(&root).args(["--json", "log", "--kind", "file.*", "--limit", "1"]));
     assert_eq!(kinds.lines().count(), 1);
     let then =
-        json_success(sandlog(&root).args(["--json", "replay", "--at", "1", "--session", &id]));
+        json_success(sandlog(&root).args(["--json", "replay", "--at", "2", "--session", &id]));
     assert_eq!(then["files"], 0);
-    let now = json_success(sandlog(&root).args(["--json", "replay", "--at", "2"]));
+    let now = json_success(sandlog(&root).args(["--json", "replay", "--at", "3"]));
     assert_eq!(now["sessions"][0]["files"], 1);
 
     let dry =

@@ -25,6 +25,7 @@ use sandlog_projections::query::{self, FileView, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
 use serde::Serialize;
 
+use crate::anchor;
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{self, ExecLimits, LoadedModule, ReadonlyMount, RunRequest, Sandbox};
@@ -117,6 +118,10 @@ pub struct EngineOptions {
     pub finish_intents_on_open: bool,
     /// Failure injection for destructive steps (tests, chaos drills).
     pub fault: Option<crate::lifecycle::SharedFaultInjector>,
+    /// Create the root (as [`Engine::init`]) if the directory is missing or
+    /// holds no root. Off by default: opening never creates a root, so a
+    /// mistyped `--root` fails instead of growing an empty log.
+    pub create: bool,
 }
 
 impl Default for EngineOptions {
@@ -132,6 +137,7 @@ impl Default for EngineOptions {
             cache_dir: None,
             finish_intents_on_open: true,
             fault: None,
+            create: false,
         }
     }
 }
@@ -276,35 +282,98 @@ fn create_dir(path: &Path) -> Result<()> {
 }
 
 impl Engine {
-    /// Creates a root (and its subdirectories) if needed; returns its
-    /// canonical path.
+    /// Creates a root (its subdirectories, the database and the anchor) if
+    /// needed; returns its canonical path. The genesis event is appended by
+    /// the first [`Engine::open`], on the opener's clock. A root whose
+    /// anchor is there is left alone: `init` never recreates a log that
+    /// went missing (see [`Engine::reset_log`]).
     pub fn init(root: &Path) -> Result<PathBuf> {
         create_dir(root)?;
         let layout = Layout::new(root);
         for directory in [&layout.workspaces, &layout.cache] {
             create_dir(directory)?;
         }
+        if !anchor::exists(root) {
+            let store = EventStore::open(&layout.database, OpenOptions::default())?;
+            let now = SystemClock.now();
+            match store.get(sandlog_core::Position(1))? {
+                None => anchor::write(root, &anchor::new_anchor(now))?,
+                // A root made before anchors: open writes its anchor.
+                Some(_) => anchor::check(root, &store, None, now, "init")?,
+            }
+        }
         root.canonicalize()
             .map_err(RuntimeError::io(format!("resolving {}", root.display())))
     }
 
-    /// Opens the engine on an existing root: the log and read models (which
-    /// catch up if behind), and — unless disabled — finishes pending
-    /// prune/delete intents left by a crash.
-    pub fn open(root: &Path, options: EngineOptions) -> Result<Engine> {
+    /// The operator's explicit answer to a root whose log is gone
+    /// ([`RuntimeError::LogMissing`], [`RuntimeError::AnchorMismatch`]):
+    /// sets the anchor aside as `sandlog.anchor.replaced-<time>` and makes
+    /// the current database (a new one if it is missing or empty) this
+    /// root's log. Returns where the old anchor went.
+    pub fn reset_log(root: &Path) -> Result<Option<PathBuf>> {
         if !root.is_dir() {
             return Err(RuntimeError::RootMissing(root.to_owned()));
         }
+        let aside = anchor::set_aside(root, SystemClock.now())?;
+        let database = Layout::new(root).database;
+        if std::fs::metadata(&database).is_ok_and(|metadata| metadata.len() == 0) {
+            // SQLite makes a zero-byte file a new database; removing it
+            // first states that intent instead of relying on it.
+            std::fs::remove_file(&database)
+                .map_err(RuntimeError::io(format!("removing {}", database.display())))?;
+        }
+        Engine::init(root)?;
+        Ok(aside)
+    }
+
+    /// Opens the engine on an existing root: checks the anchor, opens the
+    /// log and read models (which catch up if behind), and — unless
+    /// disabled — finishes pending prune/delete intents left by a crash.
+    ///
+    /// Creates nothing unless [`EngineOptions::create`]: a missing
+    /// directory is [`RuntimeError::RootMissing`], a directory without a
+    /// root [`RuntimeError::NotARoot`], and a root whose anchor says it had
+    /// a log that is now missing, empty or replaced an integrity error.
+    pub fn open(root: &Path, options: EngineOptions) -> Result<Engine> {
         let layout = Layout::new(root);
+        if !root.is_dir() {
+            if !options.create {
+                return Err(RuntimeError::RootMissing(root.to_owned()));
+            }
+            Engine::init(root)?;
+        }
+        let mut found = anchor::read(root)?;
+        let database = anchor::database_present(&layout.database);
+        match (&found, database) {
+            (None, false) if options.create => {
+                Engine::init(root)?;
+                found = anchor::read(root)?;
+            }
+            (None, false) => {
+                return Err(RuntimeError::NotARoot {
+                    path: root.to_owned(),
+                });
+            }
+            (Some(anchor), false) => {
+                let reason = if layout.database.exists() {
+                    "sandlog.db is empty (0 bytes)"
+                } else {
+                    "sandlog.db is missing"
+                };
+                return Err(anchor::log_missing(root, anchor, reason));
+            }
+            (_, true) => {}
+        }
         for directory in [&layout.workspaces, &layout.cache] {
             create_dir(directory)?;
         }
-        let mut store = EventStore::open(
-            &layout.database,
-            OpenOptions::default()
-                .clock(options.clock.clone())
-                .durability(options.durability),
-        )?;
+        let mut open_options = OpenOptions::default()
+            .clock(options.clock.clone())
+            .durability(options.durability);
+        open_options.create = false;
+        let mut store = EventStore::open(&layout.database, open_options)?;
+        anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
         let report = sandlog_projections::install(&mut store)?;
         if report.events > 0 {
             tracing::info!(

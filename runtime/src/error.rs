@@ -15,7 +15,9 @@ use crate::sandbox::SandboxError;
 pub enum RuntimeError {
     /// The root directory does not exist. Create it (`sandlog init`) or
     /// point at the right one.
-    #[error("root {0} does not exist (create it with `sandlog init`)")]
+    #[error(
+        "no sandlog root at {0}: the directory does not exist; run `sandlog init` to create it, or pass the right --root"
+    )]
     RootMissing(PathBuf),
     /// No session with this id.
     #[error("no session {0}")]
@@ -169,6 +171,57 @@ pub enum RuntimeError {
         /// How long the command waited for the lease.
         wait: std::time::Duration,
     },
+    /// The directory exists but holds no root (no `sandlog.db`, no
+    /// `sandlog.anchor`). Nothing was created in it.
+    #[error(
+        "no sandlog root at {path}: it has no sandlog.db and no sandlog.anchor; run `sandlog init` to create one there, or pass the right --root"
+    )]
+    NotARoot {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// `sandlog.anchor` says this root had a log, but the database is
+    /// missing, empty or has no events. Nothing was created. Restore the
+    /// database, or reset the log explicitly.
+    #[error(
+        "{reason} but sandlog.anchor says this root had a log (root id {root_id}, genesis {genesis}): restore the database from a backup, or run `sandlog init --reset-log` to start a new log and keep the old anchor as sandlog.anchor.replaced-<time> (root {root})"
+    )]
+    LogMissing {
+        /// The root.
+        root: PathBuf,
+        /// What is wrong with the database.
+        reason: String,
+        /// The anchor's root id.
+        root_id: String,
+        /// The anchor's genesis hash.
+        genesis: String,
+    },
+    /// The database's first event is not the anchor's genesis: the database
+    /// was replaced by another log.
+    #[error(
+        "sandlog.db is another log (its first event has hash {found}) but sandlog.anchor says this root's log starts with genesis {genesis} (root id {root_id}): restore this root's database from a backup, or run `sandlog init --reset-log` to accept the current database and keep the old anchor as sandlog.anchor.replaced-<time> (root {root})"
+    )]
+    AnchorMismatch {
+        /// The root.
+        root: PathBuf,
+        /// The hash of the database's first event.
+        found: String,
+        /// The anchor's root id.
+        root_id: String,
+        /// The anchor's genesis hash.
+        genesis: String,
+    },
+    /// `sandlog.anchor` cannot be read (not a file, too large, not an
+    /// anchor). Restore it, or reset the log explicitly.
+    #[error(
+        "{path}: not a readable sandlog anchor ({reason}); restore it from a backup, or run `sandlog init --reset-log`"
+    )]
+    AnchorUnreadable {
+        /// The anchor's path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl RuntimeError {
@@ -202,17 +255,24 @@ impl RuntimeError {
             Self::NoCheckpoint => "not_found",
             Self::InputTooLarge { .. } => "too_large",
             Self::Busy { .. } => "busy",
+            Self::NotARoot { .. } => "root_missing",
+            Self::LogMissing { .. }
+            | Self::AnchorMismatch { .. }
+            | Self::AnchorUnreadable { .. } => "integrity",
         }
     }
 
     /// Whether this is "not found" (CLI exit code 3).
     pub fn is_not_found(&self) -> bool {
-        self.kind() == "not_found"
+        matches!(self, Self::RootMissing(_) | Self::NotARoot { .. }) || self.kind() == "not_found"
     }
 
     /// Whether this is an integrity failure (CLI exit code 4).
     pub fn is_integrity(&self) -> bool {
         match self {
+            Self::LogMissing { .. }
+            | Self::AnchorMismatch { .. }
+            | Self::AnchorUnreadable { .. } => true,
             Self::Store(error) => error.is_integrity(),
             Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => true,
             Self::Projection(ProjectionError::Store(error)) => error.is_integrity(),

@@ -19,6 +19,7 @@
 //! * [`sandbox`]: wasmtime, limits, the module cache.
 
 pub mod adopt;
+pub mod anchor;
 pub mod applier;
 pub mod engine;
 pub mod error;

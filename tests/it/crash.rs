@@ -104,6 +104,10 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
         cache_dir: Some(sandlog_tests::engine::cache_dir()),
         ..sandlog_runtime::EngineOptions::default()
     };
+    // As the child does on start: a kill during `init` leaves no root yet
+    // (open never creates one), and `init` finishes making it; on a made
+    // root it changes nothing.
+    Engine::init(root).map_err(|error| format!("seed {seed}: init failed: {error}"))?;
     let engine = Engine::open(root, options)
         .map_err(|error| format!("seed {seed}: reopen failed: {error}"))?;
     let report = engine

@@ -13,6 +13,8 @@ mod hostile_adopt;
 mod hostile_lease;
 /// Hostile file names: lossless names, nothing outside the workspace.
 mod hostile_names;
+/// Roots that are missing, foreign, or lost their log; the root anchor.
+mod hostile_root;
 /// Hostile workspaces and the bounds of the host's work after a run.
 mod hostile_scan;
 /// Prune, delete, reconcile, adopt.

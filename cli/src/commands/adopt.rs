@@ -2,17 +2,13 @@
 
 use std::path::Path;
 
-use sandlog_runtime::Engine;
 use serde_json::json;
 
 use crate::exit::CliError;
 use crate::output::Output;
 
 pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
-    if !root.exists() {
-        Engine::init(root)?;
-    }
-    let engine = super::open(root)?;
+    let engine = super::open_with(root, true)?;
     let bar = output.progress_bar("adopting");
     let progress = crate::output::advance(&bar);
     let report = engine.adopt(dir, &progress)?;
@@ -45,7 +41,7 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
             ))?;
         }
         for (name, reason) in &report.skipped {
-            output.line(&format!("skipped {name}: {reason}"))?;
+            output.line(&crate::render::escaped(format!("skipped {name}: {reason}")))?;
         }
         for neutralised in &report.neutralised {
             let id = neutralised.session_id;

@@ -100,7 +100,10 @@ pub fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliE
                 execution
                     .message
                     .as_deref()
-                    .map_or(String::new(), |message| format!(": {message}"))
+                    .map_or(String::new(), |message| format!(
+                        ": {}",
+                        crate::render::escape_for_terminal(message)
+                    ))
             );
         }
     }

@@ -22,7 +22,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                     output.json(&tree)?;
                 } else {
                     let text = serde_json::to_string_pretty(&tree).unwrap_or_default();
-                    output.line(&text)?;
+                    output.line(&render::escape_for_terminal(&text))?;
                 }
             } else if output.json {
                 let documents: Vec<_> =
@@ -32,7 +32,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                 let mut table = render::table(output, &["path", "size", "blake3", "updated"]);
                 for file in &files {
                     table.add_row(vec![
-                        file.path.to_string(),
+                        render::escaped(&file.path),
                         format_size(file.size),
                         render::short_hash(&file.blake3.to_hex()).to_owned(),
                         file.updated_at.to_string(),
@@ -93,7 +93,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             } else {
                 output.line(&format!(
                     "wrote {} ({}, blake3 {})",
-                    file.path,
+                    render::escaped(&file.path),
                     format_size(file.size),
                     file.blake3
                 ))?;
@@ -113,7 +113,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                 output.json(&json!({"deleted": deleted}))?;
             } else {
                 for path in &deleted {
-                    output.line(&format!("deleted {path}"))?;
+                    output.line(&format!("deleted {}", render::escaped(path)))?;
                 }
             }
         }

@@ -54,7 +54,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
                     envelope.position.to_string(),
                     envelope.recorded_at.to_string(),
                     envelope.stream.to_string(),
-                    envelope.kind.clone(),
+                    render::escaped(&envelope.kind),
                     render::describe(&envelope),
                     render::short_hash(&envelope.hash.to_hex()).to_owned(),
                 ]);
@@ -110,7 +110,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             let mut table = render::table(output, &["path", "size", "blake3", "written"]);
             for (path, file) in &session.files {
                 table.add_row(vec![
-                    path.to_string(),
+                    render::escaped(path),
                     format_size(file.size),
                     render::short_hash(&file.blake3.to_hex()).to_owned(),
                     file.updated_at.to_string(),
@@ -208,7 +208,11 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
         ))?;
     } else {
         for mismatch in &outcome.read_model_mismatches {
-            output.line(&format!("{} {mismatch}", output.bad("mismatch:")))?;
+            output.line(&format!(
+                "{} {}",
+                output.bad("mismatch:"),
+                render::escaped(mismatch)
+            ))?;
         }
     }
     if !outcome.ok {

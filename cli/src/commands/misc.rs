@@ -12,35 +12,118 @@ use crate::args::Cli;
 use crate::exit::CliError;
 use crate::output::Output;
 
-pub fn init(root: &Path, output: &Output) -> Result<u8, CliError> {
+pub fn init(root: &Path, reset_log: bool, output: &Output) -> Result<u8, CliError> {
+    let replaced = if reset_log {
+        Engine::reset_log(root)?
+    } else {
+        None
+    };
     let root = Engine::init(root)?;
-    // Opening creates the database and its schema.
+    // The first open appends the genesis event and completes the anchor;
+    // on an anchored root whose log is gone it fails (exit 4).
     drop(super::open(&root)?);
     if output.json {
-        output.json(&json!({"root": root}))?;
+        output.json(&json!({"root": root, "replaced_anchor": replaced}))?;
     } else {
-        output.line(&format!("initialised {}", root.display()))?;
+        if let Some(replaced) = &replaced {
+            output.line(&format!(
+                "kept the old anchor as {}",
+                crate::render::escape_for_terminal(&replaced.display().to_string())
+            ))?;
+        }
+        output.line(&format!(
+            "initialised {}",
+            crate::render::escape_for_terminal(&root.display().to_string())
+        ))?;
     }
     Ok(0)
 }
 
 pub fn completions(shell: clap_complete::Shell) -> Result<u8, CliError> {
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "sandlog", &mut std::io::stdout());
+    // Generated into memory: clap_complete panics on a failed write, and a
+    // closed pipe (`| head -1`) must end the command quietly.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "sandlog", &mut script);
+    write_stdout(&script, "writing completions")?;
     Ok(0)
 }
 
 pub fn man() -> Result<u8, CliError> {
     let page = clap_mangen::Man::new(Cli::command());
-    page.render(&mut std::io::stdout())
-        .map_err(|source| CliError::Io {
-            context: "writing the man page".into(),
-            source,
-        })?;
+    let mut roff = Vec::new();
+    page.render(&mut roff).map_err(|source| CliError::Io {
+        context: "rendering the man page".into(),
+        source,
+    })?;
+    write_stdout(&roff, "writing the man page")?;
     Ok(0)
 }
 
-pub fn export_metadata(engine: &Engine, dir: &Path, output: &Output) -> Result<u8, CliError> {
+/// Writes `bytes` to stdout; a closed pipe is not an error.
+fn write_stdout(bytes: &[u8], context: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|source| CliError::Io {
+            context: context.into(),
+            source,
+        }),
+    }
+}
+
+/// Writes one metadata file under `dir` without following a symlink at
+/// `path`: a new file is created exclusively (`O_EXCL` fails on a symlink
+/// too); with `force`, a temporary file is created exclusively and renamed
+/// over `path` (a rename replaces a symlink, never its target).
+fn write_metadata(dir: &Path, path: &Path, text: &str, force: bool) -> Result<(), CliError> {
+    use std::io::Write;
+    let io = |context: String| move |source| CliError::Io { context, source };
+    if !force {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|source| {
+                let context = if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    format!(
+                        "refusing to overwrite {} (pass --force to replace it; a symlink is replaced, never followed)",
+                        path.display()
+                    )
+                } else {
+                    format!("creating {}", path.display())
+                };
+                CliError::Io { context, source }
+            })?;
+        file.write_all(text.as_bytes())
+            .map_err(io(format!("writing {}", path.display())))?;
+        return Ok(());
+    }
+    let temporary = dir.join(format!(
+        ".sandlog-export-{}.tmp",
+        sandlog_runtime::core::SessionId::new_v4()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)?;
+        file.write_all(text.as_bytes())?;
+        std::fs::rename(&temporary, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result.map_err(io(format!("writing {}", path.display())))
+}
+
+pub fn export_metadata(
+    engine: &Engine,
+    dir: &Path,
+    force: bool,
+    output: &Output,
+) -> Result<u8, CliError> {
     std::fs::create_dir_all(dir).map_err(|source| CliError::Io {
         context: format!("creating {}", dir.display()),
         source,
@@ -59,10 +142,7 @@ pub fn export_metadata(engine: &Engine, dir: &Path, output: &Output) -> Result<u
                 source: std::io::Error::other(error),
             }
         })?;
-        std::fs::write(&path, text).map_err(|source| CliError::Io {
-            context: format!("writing {}", path.display()),
-            source,
-        })?;
+        write_metadata(dir, &path, &text, force)?;
         written += 1;
     }
     if output.json {
@@ -70,7 +150,7 @@ pub fn export_metadata(engine: &Engine, dir: &Path, output: &Output) -> Result<u
     } else {
         output.line(&format!(
             "wrote {written} metadata files to {} ({skipped_legacy} legacy sessions have none)",
-            dir.display()
+            crate::render::escape_for_terminal(&dir.display().to_string())
         ))?;
     }
     Ok(0)

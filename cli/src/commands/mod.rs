@@ -25,7 +25,7 @@ use crate::output::Output;
 pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
     let root = cli.root.clone();
     match cli.command {
-        Command::Init => misc::init(&root, output),
+        Command::Init(args) => misc::init(&root, args.reset_log, output),
         Command::Completions(args) => misc::completions(args.shell),
         Command::Man => misc::man(),
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
@@ -46,13 +46,15 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Replay(args) => forensics::replay(&engine, args, output),
                 Command::Verify(args) => forensics::verify(&engine, args, output),
                 Command::Digest => forensics::digest(&engine, output),
-                Command::ExportMetadata(args) => misc::export_metadata(&engine, &args.dir, output),
+                Command::ExportMetadata(args) => {
+                    misc::export_metadata(&engine, &args.dir, args.force, output)
+                }
                 Command::Stats => misc::stats(&engine, output),
                 Command::Checkpoint(args) => proofs::checkpoint(&engine, args, output),
                 Command::Prove(command) => proofs::prove(&engine, command, output),
                 Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
                 Command::Tree(command) => proofs::tree(&engine, command, output),
-                Command::Init
+                Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man
                 | Command::Adopt(_)
@@ -71,12 +73,20 @@ pub fn actor() -> String {
     format!("cli:{user}")
 }
 
-/// Opens the engine on an existing root.
+/// Opens the engine on an existing root (never creates one: a missing
+/// directory or one without a root is "not found", exit 3).
 pub fn open(root: &Path) -> Result<Engine, CliError> {
+    open_with(root, false)
+}
+
+/// Opens the engine; with `create`, makes the root first if needed (only
+/// `init` and `adopt` do).
+pub fn open_with(root: &Path, create: bool) -> Result<Engine, CliError> {
     Ok(Engine::open(
         root,
         EngineOptions {
             actor: actor(),
+            create,
             ..EngineOptions::default()
         },
     )?)
@@ -87,7 +97,8 @@ pub fn session_id(text: &str) -> Result<SessionId, CliError> {
     SessionId::parse(text).map_err(usage)
 }
 
-/// Parses a workspace path (refused: failure, exit 1, naming the reason).
+/// Parses a workspace path (refused: usage error, exit 2, naming the
+/// reason).
 pub fn workspace_path(text: &str) -> Result<WorkspacePath, CliError> {
     Ok(WorkspacePath::parse(text).map_err(sandlog_runtime::RuntimeError::from)?)
 }

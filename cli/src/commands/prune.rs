@@ -54,9 +54,9 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             );
             for candidate in &report.candidates {
                 let result = if let Some(error) = report.errors.get(&candidate.session_id) {
-                    output.bad(&format!("failed: {error}"))
+                    output.bad(&render::escaped(format!("failed: {error}")))
                 } else if let Some(reason) = report.skipped_reasons.get(&candidate.session_id) {
-                    format!("kept: {reason}")
+                    render::escaped(format!("kept: {reason}"))
                 } else if report.dry_run {
                     "would delete".to_owned()
                 } else {
@@ -79,7 +79,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
                 .iter()
                 .any(|candidate| candidate.session_id == *session_id)
             {
-                output.line(&format!("skipped {session_id}: {reason}"))?;
+                output.line(&render::escaped(format!("skipped {session_id}: {reason}")))?;
             }
         }
         output.line(&report.summary())?;
@@ -122,7 +122,9 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
             )))?;
         }
         for action in &report.actions {
-            output.line(&serde_json::to_string(action).unwrap_or_default())?;
+            output.line(&render::escape_for_terminal(
+                &serde_json::to_string(action).unwrap_or_default(),
+            ))?;
         }
         output.line(&format!(
             "{} actions: {} intents finished, {} orphans {}, {} drift reports, {} errors{}",

@@ -102,7 +102,10 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                     .to_owned(),
                 ]);
                 for (key, value) in &session.labels {
-                    table.add_row(vec![format!("label {key}"), value.clone()]);
+                    table.add_row(vec![
+                        format!("label {}", render::escape_for_terminal(key)),
+                        render::escaped(value),
+                    ]);
                 }
                 output.line(&table.to_string())?;
             }
@@ -119,7 +122,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                             "recorded_at": envelope.recorded_at,
                             "kind": envelope.kind,
                             "actor": envelope.actor,
-                            "description": render::describe(envelope),
+                            "description": render::describe_exact(envelope),
                             "payload": serde_json::from_slice::<serde_json::Value>(&envelope.payload).unwrap_or(serde_json::Value::Null),
                             "hash": envelope.hash,
                         })
@@ -134,7 +137,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                         envelope.position.0,
                         output.bold(&envelope.kind),
                         render::describe(envelope),
-                        envelope.actor
+                        render::escape_for_terminal(&envelope.actor)
                     ))?;
                 }
             }

@@ -1,0 +1,393 @@
+//! Hostile input to the `sandlog` binary: roots that are missing or lost
+//! their log, names with control characters, non-UTF-8 arguments, closed
+//! pipes, symlinks in the export directory. Real binary, real roots, real
+//! python.wasm.
+
+#![cfg(test)]
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const EVIL_NAME: &str = "evil\n2026-01-01 forged line\x1b[31m";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn runtimes() -> PathBuf {
+    std::env::var_os("SANDLOG_RUNTIMES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".runtimes"))
+}
+
+fn cache() -> PathBuf {
+    std::env::var_os("SANDLOG_TEST_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"))
+}
+
+/// The binary with a root, the runtimes and the shared module cache.
+fn sandlog(root: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlog"));
+    command
+        .env_remove("SANDLOG_ROOT")
+        .env("SANDLOG_RUNTIMES_DIR", runtimes())
+        .env("SANDLOG_CACHE_DIR", cache())
+        .env("NO_COLOR", "1")
+        .arg("--root")
+        .arg(root);
+    command
+}
+
+fn init() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    sandlog(&root).args(["--json", "init"]).assert().success();
+    (dir, root)
+}
+
+fn create(root: &Path) -> String {
+    let output = sandlog(root)
+        .args(["--json", "session", "create"])
+        .assert()
+        .success();
+    let created: Value = serde_json::from_slice(&output.get_output().stdout).unwrap();
+    created["session_id"].as_str().unwrap().to_owned()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The root still works: a new session runs `print(1)` and verify is ok.
+fn assert_usable(root: &Path) {
+    let id = create(root);
+    sandlog(root)
+        .args(["exec", &id, "--code", "print(1)"])
+        .assert()
+        .success()
+        .stdout("1\n");
+    sandlog(root).arg("verify").assert().success();
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A missing root directory, or a directory holding no root, is "not
+/// found" (exit 3) for every command but init and adopt, with a message
+/// naming `sandlog init`; nothing is created. Method: run read-only and
+/// writing commands on a missing path and on an empty directory, then list
+/// the directory.
+#[test]
+fn commands_on_a_missing_or_foreign_root_exit_3_and_create_nothing() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let missing = dir.path().join("does-not-exist");
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign)?;
+    std::fs::write(foreign.join("notes.txt"), "mine")?;
+    let commands: [&[&str]; 6] = [
+        &["log"],
+        &["verify"],
+        &["stats"],
+        &["session", "list"],
+        &["session", "create"],
+        &["digest"],
+    ];
+    for root in [&missing, &foreign] {
+        for args in commands {
+            let output = sandlog(root).args(args).assert().code(3);
+            let text = stderr(output.get_output());
+            assert!(
+                text.contains("no sandlog root at") && text.contains("sandlog init"),
+                "{args:?}: {text}"
+            );
+            let output = sandlog(root).arg("--json").args(args).assert().code(3);
+            let error: Value = serde_json::from_slice(&output.get_output().stderr)?;
+            assert_eq!(error["error"]["kind"], "root_missing", "{args:?}");
+        }
+    }
+    assert!(!missing.exists(), "a missing root was created");
+    assert_eq!(entries(&foreign), ["notes.txt"]);
+    Ok(())
+}
+
+/// A root whose database was deleted, emptied or replaced by another
+/// root's is an integrity failure (exit 4) naming the anchor and
+/// `--reset-log`, and no database is recreated; `init` alone does not
+/// paper over it; `init --reset-log` does, keeping the old anchor.
+#[test]
+fn a_lost_database_is_an_integrity_failure_until_reset_log() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    let database = root.join("sandlog.db");
+    let backup = dir.path().join("backup.db");
+    std::fs::copy(&database, &backup)?;
+    let remove_database = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(root.join(format!("sandlog.db{suffix}")));
+        }
+    };
+
+    remove_database();
+    for args in [&["verify"][..], &["session", "list"], &["init"]] {
+        let output = sandlog(&root).args(args).assert().code(4);
+        let text = stderr(output.get_output());
+        assert!(
+            text.contains("sandlog.db is missing")
+                && text.contains("sandlog.anchor")
+                && text.contains("--reset-log"),
+            "{args:?}: {text}"
+        );
+        assert!(!database.exists(), "{args:?} recreated the database");
+    }
+    let output = sandlog(&root).args(["--json", "verify"]).assert().code(4);
+    let json: Value = serde_json::from_slice(&output.get_output().stderr)?;
+    assert_eq!(json["error"]["kind"], "integrity");
+
+    std::fs::write(&database, b"")?;
+    let output = sandlog(&root).arg("stats").assert().code(4);
+    assert!(stderr(output.get_output()).contains("sandlog.db is empty"));
+    assert_eq!(std::fs::metadata(&database)?.len(), 0);
+
+    let (_other_dir, other) = init();
+    create(&other);
+    remove_database();
+    std::fs::copy(other.join("sandlog.db"), &database)?;
+    let output = sandlog(&root).arg("verify").assert().code(4);
+    assert!(stderr(output.get_output()).contains("another log"));
+
+    // Restoring the backup is the other way back.
+    remove_database();
+    std::fs::copy(&backup, &database)?;
+    sandlog(&root)
+        .args(["session", "show", &id])
+        .assert()
+        .success();
+
+    remove_database();
+    sandlog(&root)
+        .args(["init", "--reset-log"])
+        .assert()
+        .success();
+    let kept: Vec<String> = entries(&root)
+        .into_iter()
+        .filter(|name| name.starts_with("sandlog.anchor.replaced-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", entries(&root));
+    sandlog(&root)
+        .args(["session", "show", &id])
+        .assert()
+        .code(3);
+    assert_usable(&root);
+    Ok(())
+}
+
+/// A guest-chosen file name with a newline and an escape sequence cannot
+/// forge lines or colours in human output (`files ls`, `session timeline`,
+/// `log`); `--json` keeps the exact name.
+#[test]
+fn guest_names_with_control_characters_are_escaped_for_humans_exact_in_json() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args([
+            "exec",
+            &id,
+            "--code",
+            r#"open("evil\n2026-01-01 forged line\x1b[31m", "w").write("x")"#,
+        ])
+        .assert()
+        .success();
+    for args in [
+        vec!["files", "ls", id.as_str()],
+        vec!["session", "timeline", id.as_str()],
+        vec!["log"],
+    ] {
+        let output = sandlog(&root).args(&args).assert().success();
+        let stdout = output.get_output().stdout.clone();
+        assert!(!stdout.contains(&0x1b), "{args:?}: raw ESC in output");
+        let text = String::from_utf8(stdout)?;
+        assert!(
+            !text
+                .lines()
+                .any(|line| line.trim_start().starts_with("2026-01-01 forged")),
+            "{args:?}: forged line:\n{text}"
+        );
+        assert!(
+            text.contains(r"evil\n2026-01-01 forged line\x1b[31m"),
+            "{args:?}: {text}"
+        );
+    }
+    let output = sandlog(&root)
+        .args(["--json", "files", "ls", &id])
+        .assert()
+        .success();
+    let files: Value = serde_json::from_slice(&output.get_output().stdout)?;
+    assert_eq!(files[0]["path"], EVIL_NAME);
+    assert_usable(&root);
+    Ok(())
+}
+
+/// Arguments that are not UTF-8 never panic: a session id or a workspace
+/// path is a usage error (exit 2) naming the problem, a root path is just a
+/// root that does not exist (exit 3).
+#[test]
+fn non_utf8_arguments_are_errors_not_panics() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    let bad = OsStr::from_bytes(b"\xff");
+    let checks: Vec<(Command, i32)> = vec![
+        (
+            {
+                let mut command = sandlog(bad);
+                command.args(["session", "list"]);
+                command
+            },
+            3,
+        ),
+        (
+            {
+                let mut command = sandlog(&root);
+                command.args(["--json", "session", "show"]).arg(bad);
+                command
+            },
+            2,
+        ),
+        (
+            {
+                let mut command = sandlog(&root);
+                command.args(["files", "cat", &id]).arg(bad);
+                command
+            },
+            2,
+        ),
+    ];
+    for (mut command, code) in checks {
+        let output = command.assert().code(code);
+        let text = stderr(output.get_output());
+        assert!(!text.contains("panicked"), "{text}");
+        assert!(!text.trim().is_empty(), "no message");
+    }
+    assert_usable(&root);
+    Ok(())
+}
+
+/// The documented exit codes: unknown session 3, missing root 3, a path
+/// leaving the workspace 2, a bad flag value 2.
+#[test]
+fn exit_codes_follow_the_contract() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args(["session", "show", "6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f"])
+        .assert()
+        .code(3);
+    sandlog(&root)
+        .args(["files", "ls", "6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f"])
+        .assert()
+        .code(3);
+    sandlog(dir.path().join("nope")).arg("log").assert().code(3);
+    let output = sandlog(&root)
+        .args(["--json", "files", "cat", &id, "../x"])
+        .assert()
+        .code(2);
+    let error: Value = serde_json::from_slice(&output.get_output().stderr)?;
+    assert_eq!(error["error"]["kind"], "invalid_path");
+    sandlog(&root)
+        .args(["exec", &id, "--timeout", "banana", "--code", "print(1)"])
+        .assert()
+        .code(2);
+    assert_usable(&root);
+    Ok(())
+}
+
+/// Output into a pipe whose reader is gone ends the command quietly: no
+/// panic, nothing on stderr. Method: the child's stdout is a pipe whose
+/// read end is closed before the child starts, so its first write fails.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() -> TestResult {
+    let (_dir, root) = init();
+    create(&root);
+    for args in [
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["log"],
+        vec!["--json", "log"],
+        vec!["session", "list"],
+    ] {
+        let (reader, writer) = std::io::pipe()?;
+        drop(reader);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
+            .env_remove("SANDLOG_ROOT")
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root)
+            .args(&args)
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()?;
+        assert_eq!(stderr(&output), "", "{args:?}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+    }
+    assert_usable(&root);
+    Ok(())
+}
+
+/// `export-metadata` never writes through a symlink in the target
+/// directory and never overwrites without `--force`; with it, the symlink
+/// itself is replaced by a file and its target is untouched.
+#[test]
+fn export_metadata_never_follows_symlinks_or_overwrites_without_force() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export)?;
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious")?;
+    let link = export.join(format!("{id}.json"));
+    std::os::unix::fs::symlink(&victim, &link)?;
+
+    let output = sandlog(&root)
+        .arg("export-metadata")
+        .arg(&export)
+        .assert()
+        .code(1);
+    assert!(stderr(output.get_output()).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&victim)?, "precious");
+    assert!(std::fs::symlink_metadata(&link)?.file_type().is_symlink());
+
+    sandlog(&root)
+        .args(["export-metadata", "--force"])
+        .arg(&export)
+        .assert()
+        .success();
+    assert_eq!(std::fs::read_to_string(&victim)?, "precious");
+    assert!(std::fs::symlink_metadata(&link)?.file_type().is_file());
+    let metadata: Value = serde_json::from_str(&std::fs::read_to_string(&link)?)?;
+    assert!(metadata.is_object());
+    assert_eq!(entries(&export), [format!("{id}.json")]);
+
+    // A plain existing file is not overwritten without --force either.
+    std::fs::write(&link, "keep")?;
+    sandlog(&root)
+        .arg("export-metadata")
+        .arg(&export)
+        .assert()
+        .code(1);
+    assert_eq!(std::fs::read_to_string(&link)?, "keep");
+    assert_usable(&root);
+    Ok(())
+}
