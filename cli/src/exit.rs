@@ -1,5 +1,6 @@
 //! Errors of the CLI and the exit codes they map to (CLI.md): 0 ok, 1
-//! failure, 2 usage, 3 not found, 4 integrity failure, 5 guest failure.
+//! failure, 2 usage or bad input, 3 not found, 4 integrity failure, 5 guest
+//! failure.
 
 use std::process::ExitCode;
 
@@ -65,13 +66,11 @@ impl CliError {
             CliError::Runtime(error) => {
                 if error.is_integrity() {
                     EXIT_INTEGRITY
-                } else if matches!(error, RuntimeError::InputTooLarge { .. }) {
-                    EXIT_USAGE
                 } else if error.is_not_found()
                     || matches!(error, RuntimeError::RuntimeMissing { .. })
                 {
                     EXIT_NOT_FOUND
-                } else if matches!(error, RuntimeError::Invalid(_)) {
+                } else if is_bad_input(error) {
                     EXIT_USAGE
                 } else {
                     EXIT_FAILURE
@@ -79,6 +78,28 @@ impl CliError {
             }
         }
     }
+}
+
+/// Whether the engine refused what the caller asked for rather than failed
+/// doing it: a malformed value, a path that leaves the workspace (by `..`
+/// or through a symlink) or names a directory where a file is needed, an
+/// input over its limit. Exit 2: the fix is a different argument.
+fn is_bad_input(error: &RuntimeError) -> bool {
+    matches!(
+        error,
+        RuntimeError::Invalid(_)
+            | RuntimeError::EscapesWorkspace { .. }
+            | RuntimeError::IsDirectory { .. }
+            | RuntimeError::InputTooLarge { .. }
+            | RuntimeError::CodeTooLarge { .. }
+    )
+}
+
+/// Writes a line on stderr; a closed or full stderr is ignored, as
+/// `eprintln!` would panic there and there is nowhere left to report.
+pub fn stderr_line(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// Turns a malformed-input error from `sandlog-core` into a usage error.
@@ -116,7 +137,7 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
             .trim_start_matches("error: ")
             .to_owned();
         let document = serde_json::json!({"error": {"kind": "usage", "message": message}});
-        eprintln!("{document}");
+        stderr_line(&document.to_string());
     } else {
         // A closed stderr is not worth a panic.
         let _ = error.print();

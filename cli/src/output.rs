@@ -89,14 +89,14 @@ impl Output {
         if self.json {
             let document =
                 serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
-            eprintln!("{document}");
+            crate::exit::stderr_line(&document.to_string());
         } else {
             // Messages can carry guest-chosen names: escaped like every
             // human line.
-            eprintln!(
+            crate::exit::stderr_line(&format!(
                 "sandlog: error: {}",
                 crate::render::escape_for_terminal(&error.to_string())
-            );
+            ));
         }
     }
 

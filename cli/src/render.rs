@@ -1,9 +1,6 @@
 //! Human rendering: tables, sizes, durations, and one-line descriptions of
 //! events for timelines.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
-
 use comfy_table::{Cell, ContentArrangement, Table, presets};
 use sandlog_runtime::core::event::{Drift, Event};
 use sandlog_runtime::core::human::{format_duration, format_size};
@@ -217,64 +214,12 @@ impl LowercaseFirst for String {
     }
 }
 
-/// A guest-controlled string made safe for a terminal: control characters
-/// (C0 including newline, carriage return, tab and ESC; DEL; C1) become
-/// visible escapes (`\n`, `\r`, `\t`, `\x1b`, `\u{9b}`), as do the
-/// bidirectional and zero-width format characters that reorder or hide
-/// text. A name can then neither start a line of its own, nor move the
-/// cursor, change colours or disguise itself. Human output only: `--json`
-/// stays exact.
-pub fn escape_for_terminal(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(needs_escape) {
-        return Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => escaped.push_str("\\n"),
-            '\r' => escaped.push_str("\\r"),
-            '\t' => escaped.push_str("\\t"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                let _ = write!(escaped, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(escaped, "\\u{{{:x}}}", c as u32);
-            }
-            c => escaped.push(c),
-        }
-    }
-    Cow::Owned(escaped)
-}
-
-/// Control characters, and format characters that reorder (bidi
-/// overrides and isolates) or hide (zero-width) text.
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
-}
+/// A guest-controlled string made safe for a terminal: the engine's one
+/// rule (`sandlog_core::escape::for_terminal`), so every command shows a
+/// name the same way. Human output only: `--json` stays exact.
+pub use sandlog_runtime::core::escape::for_terminal as escape_for_terminal;
 
 /// [`escape_for_terminal`] of anything displayable, owned.
 pub fn escaped(value: impl std::fmt::Display) -> String {
     escape_for_terminal(&value.to_string()).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape_for_terminal;
-
-    #[test]
-    fn control_characters_become_visible_escapes() {
-        assert_eq!(
-            escape_for_terminal("a\nb\rc\td\x1b[31me\x7f\u{9b}f\u{202e}g"),
-            "a\\nb\\rc\\td\\x1b[31me\\x7f\\u{9b}f\\u{202e}g"
-        );
-    }
-
-    #[test]
-    fn plain_text_is_borrowed_unchanged() {
-        assert!(matches!(
-            escape_for_terminal("src/main.py é"),
-            std::borrow::Cow::Borrowed("src/main.py é")
-        ));
-    }
 }

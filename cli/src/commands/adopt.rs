@@ -50,15 +50,15 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
                     .moved_to
                     .as_deref()
                     .map_or_else(|| "deleted".to_owned(), |to| format!("moved to {to}"));
-                output.line(&format!(
+                output.line(&crate::render::escaped(format!(
                     "refused {id}/{} ({}): {}; {place}",
                     refused.path, refused.kind, refused.reason
-                ))?;
+                )))?;
             }
             for path in &neutralised.copied_links {
-                output.line(&format!(
+                output.line(&crate::render::escaped(format!(
                     "copied {id}/{path}: it had other hard links; the workspace has a private copy"
-                ))?;
+                )))?;
             }
             if neutralised.unrecorded > 0 {
                 output.line(&format!(

@@ -241,8 +241,8 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     ]);
     for failed in &failed_intents {
         table.add_row(vec![
-            format!("  {} {}", failed.intent, failed.session_id),
-            failed.error.clone(),
+            crate::render::escaped(format!("  {} {}", failed.intent, failed.session_id)),
+            crate::render::escaped(&failed.error),
         ]);
     }
     table.add_row(vec![

@@ -116,10 +116,10 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
         }))?;
     } else {
         for failed in &report.failed_intents {
-            output.line(&output.bad(&format!(
+            output.line(&output.bad(&render::escaped(format!(
                 "session {}: the pending {} intent keeps failing: {}",
                 failed.session_id, failed.intent, failed.error
-            )))?;
+            ))))?;
         }
         for action in &report.actions {
             output.line(&render::escape_for_terminal(
