@@ -391,3 +391,193 @@ fn export_metadata_never_follows_symlinks_or_overwrites_without_force() -> TestR
     assert_usable(&root);
     Ok(())
 }
+
+/// Paths the engine refuses map to the contract's codes: a missing file is
+/// not found (3, `not_found`); a name that reaches outside the workspace
+/// through a planted symlink, or a directory where a file is needed, is
+/// bad input (2, `path_escapes` / `is_directory`); code over its limit is
+/// bad input (2). Method: plant a symlink to an outside file and a
+/// directory in the workspace, then check codes, kinds, and that the
+/// outside file's contents never reach stdout.
+#[test]
+fn refused_paths_and_oversized_code_follow_the_exit_code_contract() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "outside secret")?;
+    let workspace = root.join("workspaces").join(&id);
+    std::os::unix::fs::symlink(&secret, workspace.join("link"))?;
+    std::fs::create_dir(workspace.join("sub"))?;
+
+    let kind =
+        |args: &[&str], code: i32| -> Result<(String, Vec<u8>), Box<dyn std::error::Error>> {
+            let output = sandlog(&root).arg("--json").args(args).assert().code(code);
+            let error: Value = serde_json::from_slice(&output.get_output().stderr)?;
+            Ok((
+                error["error"]["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                output.get_output().stdout.clone(),
+            ))
+        };
+    assert_eq!(kind(&["files", "cat", &id, "nothere"], 3)?.0, "not_found");
+    let (escapes, stdout) = kind(&["files", "cat", &id, "link"], 2)?;
+    assert_eq!(escapes, "path_escapes");
+    assert!(!String::from_utf8_lossy(&stdout).contains("outside secret"));
+    assert_eq!(kind(&["files", "cat", &id, "sub"], 2)?.0, "is_directory");
+    assert_eq!(kind(&["files", "rm", &id, "sub"], 2)?.0, "is_directory");
+
+    let code = dir.path().join("big.py");
+    std::fs::write(&code, vec![b'#'; 1024 * 1024 + 1])?;
+    let output = sandlog(&root)
+        .args(["exec", &id, "--file"])
+        .arg(&code)
+        .assert()
+        .code(2);
+    assert!(stderr(output.get_output()).contains("the limit is"));
+    assert_eq!(std::fs::read_to_string(&secret)?, "outside secret");
+    assert_usable(&root);
+    Ok(())
+}
+
+/// A root whose path is not UTF-8 is a legal Linux path and works like any
+/// other; only a missing one is "not found". Human output shows the path
+/// without raw invalid bytes.
+#[test]
+fn a_root_at_a_non_utf8_path_works() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join(OsStr::from_bytes(b"root\xff"));
+    sandlog(&root).arg("init").assert().success();
+    let id = create(&root);
+    sandlog(&root)
+        .args(["exec", &id, "--code", "print(1)"])
+        .assert()
+        .success()
+        .stdout("1\n");
+    sandlog(&root).arg("verify").assert().success();
+    sandlog(dir.path().join(OsStr::from_bytes(b"gone\xff")))
+        .arg("log")
+        .assert()
+        .code(3);
+    Ok(())
+}
+
+/// A reader that takes one byte and goes away, with more than a pipe
+/// buffer (64 KiB) still to come, ends the command quietly: exit 0,
+/// nothing on stderr. Method: a session with a thousand guest-written
+/// files makes `log` large; a large file makes `files cat` large; the
+/// guest's own output makes `exec` large.
+#[test]
+fn a_reader_leaving_mid_stream_ends_the_command_quietly() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args([
+            "exec",
+            &id,
+            "--code",
+            "for i in range(1000):\n    open('file-%04d-with-a-long-name.txt' % i, 'w').write('x')\n\
+             open('big.txt', 'w').write('y' * 300000)",
+        ])
+        .assert()
+        .success();
+    for args in [
+        vec!["log"],
+        vec!["--json", "log"],
+        vec!["session", "timeline", id.as_str()],
+        vec!["files", "ls", id.as_str()],
+        vec!["files", "cat", id.as_str(), "big.txt"],
+        vec!["exec", id.as_str(), "--code", "print('z' * 300000)"],
+        vec!["completions", "bash"],
+        vec!["man"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
+            .env_remove("SANDLOG_ROOT")
+            .env("SANDLOG_RUNTIMES_DIR", runtimes())
+            .env("SANDLOG_CACHE_DIR", cache())
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut first = [0u8; 1];
+        std::io::Read::read_exact(&mut stdout, &mut first)?;
+        drop(stdout);
+        let output = child.wait_with_output()?;
+        assert_eq!(stderr(&output), "", "{args:?}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+    }
+    assert_usable(&root);
+    Ok(())
+}
+
+/// A closed stderr does not turn an error into a panic: the exit code is
+/// still the error's own. Method: the child's stderr is a pipe whose read
+/// end is closed before it starts (a panic would exit 101).
+#[test]
+fn an_error_into_a_closed_stderr_keeps_its_exit_code() -> TestResult {
+    let (_dir, root) = init();
+    for (args, code) in [
+        (vec!["session", "show", "not-an-id"], 2),
+        (vec!["--json", "session", "show", "not-an-id"], 2),
+        (
+            vec!["session", "show", "6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f"],
+            3,
+        ),
+        (vec!["exec", "--no-such-flag"], 2),
+    ] {
+        let (reader, writer) = std::io::pipe()?;
+        drop(reader);
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
+            .env_remove("SANDLOG_ROOT")
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(writer))
+            .status()?;
+        assert_eq!(status.code(), Some(code), "{args:?}");
+    }
+    assert_usable(&root);
+    Ok(())
+}
+
+/// A dangling symlink planted as `<uuid>.json` is not a way to create a
+/// file elsewhere: without `--force` the export refuses (exit 1, naming
+/// `--force`) and the link's target is never created; with it, the link
+/// itself becomes the metadata file.
+#[test]
+fn export_metadata_never_creates_a_dangling_symlinks_target() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export)?;
+    let target = dir.path().join("planted.txt");
+    let link = export.join(format!("{id}.json"));
+    std::os::unix::fs::symlink(&target, &link)?;
+
+    let output = sandlog(&root)
+        .arg("export-metadata")
+        .arg(&export)
+        .assert()
+        .code(1);
+    assert!(stderr(output.get_output()).contains("pass --force"));
+    assert!(!target.exists());
+    sandlog(&root)
+        .args(["export-metadata", "--force"])
+        .arg(&export)
+        .assert()
+        .success();
+    assert!(!target.exists());
+    assert!(std::fs::symlink_metadata(&link)?.file_type().is_file());
+    let metadata: Value = serde_json::from_str(&std::fs::read_to_string(&link)?)?;
+    assert_eq!(metadata["session_id"], id.as_str());
+    assert_eq!(entries(&export), [format!("{id}.json")]);
+    assert_usable(&root);
+    Ok(())
+}
