@@ -219,7 +219,57 @@ impl LowercaseFirst for String {
 /// name the same way. Human output only: `--json` stays exact.
 pub use sandlog_runtime::core::escape::for_terminal as escape_for_terminal;
 
+/// A host path for people: each byte that is not UTF-8 as `\xHH` (where
+/// `Path::display` would show U+FFFD and hide which byte it was) and
+/// control characters escaped as in [`escape_for_terminal`]. For messages,
+/// not for parsing back.
+pub fn host_path(path: &std::path::Path) -> String {
+    path_text(path, true)
+}
+
+/// A host path for `--json`: exact when it is UTF-8; otherwise each byte
+/// that is not UTF-8 as `\xHH`, since a JSON string holds only Unicode
+/// (serialising the path itself would fail).
+pub fn host_path_json(path: &std::path::Path) -> String {
+    path_text(path, false)
+}
+
+fn path_text(path: &std::path::Path, for_terminal: bool) -> String {
+    use std::fmt::Write as _;
+    use std::os::unix::ffi::OsStrExt;
+    let mut text = String::new();
+    for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+        if for_terminal {
+            text.push_str(&escape_for_terminal(chunk.valid()));
+        } else {
+            text.push_str(chunk.valid());
+        }
+        for byte in chunk.invalid() {
+            // Writing to a `String` cannot fail.
+            let _ = write!(text, "\\x{byte:02x}");
+        }
+    }
+    text
+}
+
 /// [`escape_for_terminal`] of anything displayable, owned.
 pub fn escaped(value: impl std::fmt::Display) -> String {
     escape_for_terminal(&value.to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// Invalid bytes keep their value and control characters cannot reach
+    /// the terminal.
+    #[test]
+    fn host_paths_show_invalid_bytes_and_escape_controls() {
+        let path = Path::new(OsStr::from_bytes(b"/tmp/r\xff\xfe/a\nb\x1b[2J"));
+        assert_eq!(super::host_path(path), "/tmp/r\\xff\\xfe/a\\nb\\x1b[2J");
+        assert_eq!(super::host_path(Path::new("/plain/é")), "/plain/é");
+        assert_eq!(super::host_path_json(path), "/tmp/r\\xff\\xfe/a\nb\x1b[2J");
+    }
 }

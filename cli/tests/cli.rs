@@ -253,7 +253,7 @@ fn files_commands_work() -> TestResult {
     sandlog(&root)
         .args(["files", "rm", &id, "docs"])
         .assert()
-        .code(1);
+        .code(2);
     let rm =
         json_success(sandlog(&root).args(["--json", "files", "rm", &id, "docs", "--recursive"]));
     assert_eq!(rm["deleted"][0], "docs/a.txt");

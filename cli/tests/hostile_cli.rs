@@ -442,13 +442,19 @@ fn refused_paths_and_oversized_code_follow_the_exit_code_contract() -> TestResul
 }
 
 /// A root whose path is not UTF-8 is a legal Linux path and works like any
-/// other; only a missing one is "not found". Human output shows the path
-/// without raw invalid bytes.
+/// other; only a missing one is "not found". Human and JSON output show the
+/// byte as `\xff` (JSON strings hold only Unicode) instead of panicking.
 #[test]
 fn a_root_at_a_non_utf8_path_works() -> TestResult {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join(OsStr::from_bytes(b"root\xff"));
-    sandlog(&root).arg("init").assert().success();
+    let output = sandlog(&root).arg("init").assert().success();
+    let text = String::from_utf8(output.get_output().stdout.clone())?;
+    assert!(text.contains("root\\xff"), "{text}");
+    let output = sandlog(&root).args(["--json", "init"]).assert().success();
+    let initialised: Value = serde_json::from_slice(&output.get_output().stdout)?;
+    let shown = initialised["root"].as_str().ok_or("no root")?;
+    assert!(shown.ends_with("root\\xff"), "{shown}");
     let id = create(&root);
     sandlog(&root)
         .args(["exec", &id, "--code", "print(1)"])

@@ -71,7 +71,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             let file = match (from, stdin.as_deref()) {
                 (Some(file), _) => {
                     let mut reader = std::fs::File::open(&file).map_err(|source| CliError::Io {
-                        context: format!("reading {}", file.display()),
+                        context: format!("reading {}", crate::render::host_path(&file)),
                         source,
                     })?;
                     engine.write_file_from(session_id, &path, &mut reader, overwrite)?

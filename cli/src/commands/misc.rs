@@ -23,18 +23,18 @@ pub fn init(root: &Path, reset_log: bool, output: &Output) -> Result<u8, CliErro
     // on an anchored root whose log is gone it fails (exit 4).
     drop(super::open(&root)?);
     if output.json {
-        output.json(&json!({"root": root, "replaced_anchor": replaced}))?;
+        output.json(&json!({
+            "root": crate::render::host_path_json(&root),
+            "replaced_anchor": replaced.as_deref().map(crate::render::host_path_json),
+        }))?;
     } else {
         if let Some(replaced) = &replaced {
             output.line(&format!(
                 "kept the old anchor as {}",
-                crate::render::escape_for_terminal(&replaced.display().to_string())
+                crate::render::host_path(replaced)
             ))?;
         }
-        output.line(&format!(
-            "initialised {}",
-            crate::render::escape_for_terminal(&root.display().to_string())
-        ))?;
+        output.line(&format!("initialised {}", crate::render::host_path(&root)))?;
     }
     Ok(0)
 }
@@ -89,15 +89,15 @@ fn write_metadata(dir: &Path, path: &Path, text: &str, force: bool) -> Result<()
                 let context = if source.kind() == std::io::ErrorKind::AlreadyExists {
                     format!(
                         "refusing to overwrite {} (pass --force to replace it; a symlink is replaced, never followed)",
-                        path.display()
+                        crate::render::host_path(path)
                     )
                 } else {
-                    format!("creating {}", path.display())
+                    format!("creating {}", crate::render::host_path(path))
                 };
                 CliError::Io { context, source }
             })?;
         file.write_all(text.as_bytes())
-            .map_err(io(format!("writing {}", path.display())))?;
+            .map_err(io(format!("writing {}", crate::render::host_path(path))))?;
         return Ok(());
     }
     let temporary = dir.join(format!(
@@ -115,7 +115,7 @@ fn write_metadata(dir: &Path, path: &Path, text: &str, force: bool) -> Result<()
     if result.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }
-    result.map_err(io(format!("writing {}", path.display())))
+    result.map_err(io(format!("writing {}", crate::render::host_path(path))))
 }
 
 pub fn export_metadata(
@@ -125,7 +125,7 @@ pub fn export_metadata(
     output: &Output,
 ) -> Result<u8, CliError> {
     std::fs::create_dir_all(dir).map_err(|source| CliError::Io {
-        context: format!("creating {}", dir.display()),
+        context: format!("creating {}", crate::render::host_path(dir)),
         source,
     })?;
     let mut written = 0u64;
@@ -150,7 +150,7 @@ pub fn export_metadata(
     } else {
         output.line(&format!(
             "wrote {written} metadata files to {} ({skipped_legacy} legacy sessions have none)",
-            crate::render::escape_for_terminal(&dir.display().to_string())
+            crate::render::host_path(dir)
         ))?;
     }
     Ok(0)
