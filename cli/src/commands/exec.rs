@@ -16,7 +16,7 @@ pub fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliE
     let code = match (&args.code, &args.file, args.stdin.as_deref()) {
         (Some(code), _, _) => code.clone().into_bytes(),
         (None, Some(path), _) => std::fs::read(path).map_err(|source| CliError::Io {
-            context: format!("reading {}", crate::render::host_path(&path)),
+            context: format!("reading {}", crate::render::host_path(path)),
             source,
         })?,
         (None, None, Some("-")) => {
