@@ -92,6 +92,7 @@ fn is_bad_input(error: &RuntimeError) -> bool {
             | RuntimeError::IsDirectory { .. }
             | RuntimeError::InputTooLarge { .. }
             | RuntimeError::CodeTooLarge { .. }
+            | RuntimeError::NotEmpty { .. }
     )
 }
 

@@ -202,6 +202,10 @@ pub struct SessionExecuted {
     /// and `Event` stays small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<Box<ExecutionScan>>,
+    /// What was kept as evidence (absent in events recorded before
+    /// evidence was kept: only the code was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<ExecEvidence>,
 }
 
 /// A bound of the host's work after a run, past which not everything the
@@ -264,6 +268,95 @@ pub struct FileWritten {
     pub blake3: Hash,
     /// Who wrote it.
     pub by: WrittenBy,
+    /// Whether the bytes were kept as a blob (absent in events recorded
+    /// before evidence was kept: host writes kept them, guest writes did
+    /// not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_kept: Option<bool>,
+    /// Why the bytes were not kept, when they were not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_kept: Option<NotKept>,
+}
+
+impl FileWritten {
+    /// A write whose bytes are kept under `blake3`.
+    pub fn kept(path: WorkspacePath, size: u64, blake3: Hash, by: WrittenBy) -> FileWritten {
+        FileWritten {
+            path,
+            size,
+            blake3,
+            by,
+            content_kept: Some(true),
+            not_kept: None,
+        }
+    }
+
+    /// Whether the event says its bytes were stored: explicitly, or (for
+    /// events from before evidence was kept) because the host wrote them.
+    pub fn content_stored(&self) -> bool {
+        self.content_kept.unwrap_or(self.by == WrittenBy::Host)
+    }
+}
+
+/// Why a file's bytes were not kept as evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotKept {
+    /// The execution's evidence budget was used up by other files.
+    Budget,
+    /// The file alone is larger than the execution's evidence budget.
+    TooLarge,
+    /// Evidence is off for this execution (budget 0).
+    Off,
+    /// The file changed between the scan and the copy (something outside
+    /// the guest wrote it), so the bytes no longer match the hash recorded.
+    Changed,
+    /// The file could not be read back (removed or replaced meanwhile).
+    Unreadable,
+    /// An adoption's inventory: the bytes are in the adopted workspace,
+    /// not copied into the log.
+    Adopted,
+}
+
+impl NotKept {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotKept::Budget => "budget",
+            NotKept::TooLarge => "too_large",
+            NotKept::Off => "off",
+            NotKept::Changed => "changed",
+            NotKept::Unreadable => "unreadable",
+            NotKept::Adopted => "adopted",
+        }
+    }
+
+    /// What it means, for a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NotKept::Budget => "the execution's evidence budget was used up by other files",
+            NotKept::TooLarge => "the file is larger than the execution's evidence budget",
+            NotKept::Off => "evidence was off for the execution",
+            NotKept::Changed => "the file changed after the scan, before its bytes were copied",
+            NotKept::Unreadable => "the file could not be read back after the run",
+            NotKept::Adopted => "files of an adopted workspace are inventoried, not copied",
+        }
+    }
+}
+
+/// What an execution kept as evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecEvidence {
+    /// The budget for file bytes, bytes (0: evidence off).
+    pub budget_bytes: u64,
+    /// Bytes of files kept (counted whole, deduplicated or not).
+    pub kept_bytes: u64,
+    /// Files kept.
+    pub kept_files: u64,
+    /// Files written but not kept (each says why).
+    pub not_kept_files: u64,
+    /// Whether stdout and stderr were kept as blobs.
+    pub output_kept: bool,
 }
 
 /// `file.deleted`
@@ -461,6 +554,66 @@ pub struct SessionIntentFailed {
     pub error: String,
 }
 
+/// `session.held`: a legal hold. A held session is never pruned, deleted
+/// or erased until released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHeld {
+    /// Why (a case number, say).
+    pub reason: String,
+}
+
+/// `session.released`: the hold is lifted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionReleased {
+    /// Why, if given.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `session.forked`: the session's workspace was made from another
+/// session's as it was at a position. Follows the new session's
+/// `session.created`; the files come as `file.written` events after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionForked {
+    /// The origin session.
+    pub from: SessionId,
+    /// The position the origin was taken at.
+    pub at: u64,
+    /// Files copied.
+    pub files: u64,
+    /// Files of the origin at that point whose bytes were not kept (or were
+    /// erased), so the fork lacks them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<WorkspacePath>,
+}
+
+/// `evidence.erased`: kept bytes were removed (erasure or retention); the
+/// events and hashes naming them remain, so the chain still verifies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceErased {
+    /// Why (the legal basis, or the retention policy).
+    pub reason: String,
+    /// The path given to limit the erasure, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<WorkspacePath>,
+    /// The blobs erased (at most `ERASED_HASHES_PER_EVENT_MAX` per event).
+    pub blobs: Vec<Hash>,
+    /// Their raw bytes.
+    pub bytes: u64,
+    /// Blobs this erasure left because a held session also names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_for_hold: Vec<Hash>,
+}
+
+/// `root.configured`: a root setting changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootConfigured {
+    /// The setting (`evidence.budget`, say).
+    pub key: String,
+    /// Its new value as given; none unsets it (the default applies).
+    pub value: Option<String>,
+}
+
 macro_rules! events {
     ($($variant:ident($payload:ident) = $kind:literal, schema $schema:literal;)*) => {
         /// A typed event.
@@ -537,6 +690,11 @@ events! {
     PruneRunCompleted(PruneRunCompleted) = "prune.run.completed", schema 1;
     ReconcileRunCompleted(ReconcileRunCompleted) = "reconcile.run.completed", schema 1;
     SessionIntentFailed(SessionIntentFailed) = "session.intent.failed", schema 1;
+    SessionHeld(SessionHeld) = "session.held", schema 1;
+    SessionReleased(SessionReleased) = "session.released", schema 1;
+    SessionForked(SessionForked) = "session.forked", schema 1;
+    EvidenceErased(EvidenceErased) = "evidence.erased", schema 1;
+    RootConfigured(RootConfigured) = "root.configured", schema 1;
 }
 
 /// Serialises a payload struct.
@@ -589,12 +747,12 @@ mod tests {
 
     #[test]
     fn payloads_round_trip_through_decode() {
-        let event = Event::FileWritten(FileWritten {
-            path: WorkspacePath::parse("a/b.txt").unwrap(),
-            size: 3,
-            blake3: Hash::of(b"abc"),
-            by: WrittenBy::Guest,
-        });
+        let event = Event::FileWritten(FileWritten::kept(
+            WorkspacePath::parse("a/b.txt").unwrap(),
+            3,
+            Hash::of(b"abc"),
+            WrittenBy::Guest,
+        ));
         let decoded = Event::decode(event.kind(), event.schema(), &event.to_payload()).unwrap();
         assert_eq!(decoded, Some(event));
     }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::Ordering;
 
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::limits::{ACTOR_BYTES_MAX, BATCH_EVENTS_MAX, KIND_BYTES_MAX, PAYLOAD_BYTES_MAX};
 use sandlog_core::{
@@ -176,123 +176,150 @@ impl EventStore {
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>> {
         validate_batch(events)?;
-        let Some(first) = events.first() else {
+        if events.is_empty() {
             return Ok(Vec::new());
-        };
-        self.check_not_poisoned()?;
-        let stream_text = stream.to_string();
-        let mut connection = self.lock_writer();
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-
-        if let Some(stored) = stored_batch(&transaction, &stream_text, events, first)? {
-            return Ok(stored);
         }
-
-        let actual = read_stream_version(&transaction, &stream_text)?;
-        let matches = match expected {
-            ExpectedVersion::Any => true,
-            ExpectedVersion::NoStream => actual.is_none(),
-            ExpectedVersion::Exact(version) => actual == Some(version),
-        };
-        if !matches {
-            return Err(EventStoreError::VersionConflict {
-                stream,
-                expected,
-                actual,
-            });
-        }
-
-        let head = read_head(&transaction)?;
-        // recorded_at never goes backwards along the log, even if the clock
-        // does: a time cut of the log is then a position cut.
-        let now = self.clock.now();
-        let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
-        let mut envelopes = Vec::with_capacity(events.len());
-        {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
-                 correlation_id, causation_id, payload, prev_hash, hash) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            )?;
-            let mut prev_hash = head.hash;
-            let mut position = head.position;
-            let mut version = actual.unwrap_or_default();
-            for event in events {
-                position = position.next();
-                version = version.next();
-                let fields = EnvelopeFields {
-                    position: position.0,
-                    stream: &stream_text,
-                    version: version.0,
-                    event_id: event.event_id.0.as_bytes(),
-                    kind: &event.kind,
-                    schema: event.schema,
-                    recorded_at_micros: recorded_at.unix_micros(),
-                    actor: &event.actor,
-                    correlation_id: event
-                        .correlation_id
-                        .as_ref()
-                        .map_or(&[], |id| id.as_bytes()),
-                    causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
-                    payload: &event.payload,
-                };
-                let hash = chain_hash(&prev_hash, &fields);
-                let inserted = insert.execute(params![
-                    to_i64(position.0, "position")?,
-                    stream_text,
-                    to_i64(version.0, "version")?,
-                    fields.event_id,
-                    event.kind,
-                    event.schema,
-                    recorded_at.unix_micros(),
-                    event.actor,
-                    event
-                        .correlation_id
-                        .as_ref()
-                        .map(|id| id.as_bytes().as_slice()),
-                    event
-                        .causation_id
-                        .as_ref()
-                        .map(|id| id.as_bytes().as_slice()),
-                    event.payload,
-                    prev_hash.0.as_slice(),
-                    hash.0.as_slice(),
-                ]);
-                if let Err(error) = inserted {
-                    return Err(map_insert_error(&transaction, error, event)?);
-                }
-                envelopes.push(Envelope {
-                    position,
-                    stream,
-                    version,
-                    event_id: event.event_id,
-                    kind: event.kind.clone(),
-                    schema: event.schema,
-                    recorded_at,
-                    actor: event.actor.clone(),
-                    correlation_id: event.correlation_id,
-                    causation_id: event.causation_id,
-                    payload: event.payload.clone(),
-                    prev_hash,
-                    hash,
-                });
-                prev_hash = hash;
-            }
-        }
-        // The tree grows in the same transaction: it always covers the log.
-        let mut frontier = match self.frontier.take_if(head.position.0) {
-            Some(frontier) => frontier,
-            None => crate::merkle::load_frontier(&transaction, head.position.0)?,
-        };
-        crate::merkle::append_leaves(&transaction, &mut frontier, &envelopes)?;
-        if let Some(hook) = &self.hook {
-            hook.after_append(&transaction, &envelopes)
-                .map_err(EventStoreError::Hook)?;
-        }
-        self.commit(transaction)?;
-        self.frontier.put(frontier);
-        Ok(envelopes)
+        self.write(|write| write.append(stream, expected, events))
     }
+}
+
+/// Inserts one batch inside an open write transaction: the idempotency
+/// check, the expected-version check, positions, chain hashes, the Merkle
+/// leaves (growing `frontier`) and the append hook. The caller commits.
+pub(crate) fn insert_batch(
+    store: &EventStore,
+    transaction: &Transaction<'_>,
+    frontier: &mut Option<sandlog_core::merkle::Frontier>,
+    stream: StreamId,
+    expected: ExpectedVersion,
+    events: &[NewEvent],
+) -> Result<Vec<Envelope>> {
+    validate_batch(events)?;
+    let Some(first) = events.first() else {
+        return Ok(Vec::new());
+    };
+    let stream_text = stream.to_string();
+    if let Some(stored) = stored_batch(transaction, &stream_text, events, first)? {
+        return Ok(stored);
+    }
+    let actual = check_expected(transaction, stream, &stream_text, expected)?;
+
+    let head = read_head(transaction)?;
+    // recorded_at never goes backwards along the log, even if the clock
+    // does: a time cut of the log is then a position cut.
+    let now = store.clock.now();
+    let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
+    let mut envelopes = Vec::with_capacity(events.len());
+    {
+        let mut insert = transaction.prepare_cached(
+            "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
+             correlation_id, causation_id, payload, prev_hash, hash) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        )?;
+        let mut prev_hash = head.hash;
+        let mut position = head.position;
+        let mut version = actual.unwrap_or_default();
+        for event in events {
+            position = position.next();
+            version = version.next();
+            let fields = EnvelopeFields {
+                position: position.0,
+                stream: &stream_text,
+                version: version.0,
+                event_id: event.event_id.0.as_bytes(),
+                kind: &event.kind,
+                schema: event.schema,
+                recorded_at_micros: recorded_at.unix_micros(),
+                actor: &event.actor,
+                correlation_id: event
+                    .correlation_id
+                    .as_ref()
+                    .map_or(&[], |id| id.as_bytes()),
+                causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+                payload: &event.payload,
+            };
+            let hash = chain_hash(&prev_hash, &fields);
+            let inserted = insert.execute(params![
+                to_i64(position.0, "position")?,
+                stream_text,
+                to_i64(version.0, "version")?,
+                fields.event_id,
+                event.kind,
+                event.schema,
+                recorded_at.unix_micros(),
+                event.actor,
+                event
+                    .correlation_id
+                    .as_ref()
+                    .map(|id| id.as_bytes().as_slice()),
+                event
+                    .causation_id
+                    .as_ref()
+                    .map(|id| id.as_bytes().as_slice()),
+                event.payload,
+                prev_hash.0.as_slice(),
+                hash.0.as_slice(),
+            ]);
+            if let Err(error) = inserted {
+                return Err(map_insert_error(transaction, error, event)?);
+            }
+            envelopes.push(Envelope {
+                position,
+                stream,
+                version,
+                event_id: event.event_id,
+                kind: event.kind.clone(),
+                schema: event.schema,
+                recorded_at,
+                actor: event.actor.clone(),
+                correlation_id: event.correlation_id,
+                causation_id: event.causation_id,
+                payload: event.payload.clone(),
+                prev_hash,
+                hash,
+            });
+            prev_hash = hash;
+        }
+    }
+    // The tree grows in the same transaction: it always covers the log.
+    let tree = match frontier.take() {
+        Some(tree) if tree.size() == head.position.0 => tree,
+        _ => match store.frontier.take_if(head.position.0) {
+            Some(tree) => tree,
+            None => crate::merkle::load_frontier(transaction, head.position.0)?,
+        },
+    };
+    let tree = frontier.insert(tree);
+    crate::merkle::append_leaves(transaction, tree, &envelopes)?;
+    if let Some(hook) = &store.hook {
+        hook.after_append(transaction, &envelopes)
+            .map_err(EventStoreError::Hook)?;
+    }
+    Ok(envelopes)
+}
+
+/// The expected-version check of one stream, inside the transaction;
+/// returns the stream's version.
+pub(crate) fn check_expected(
+    transaction: &Transaction<'_>,
+    stream: StreamId,
+    stream_text: &str,
+    expected: ExpectedVersion,
+) -> Result<Option<StreamVersion>> {
+    let actual = read_stream_version(transaction, stream_text)?;
+    let matches = match expected {
+        ExpectedVersion::Any => true,
+        ExpectedVersion::NoStream => actual.is_none(),
+        ExpectedVersion::Exact(version) => actual == Some(version),
+    };
+    if !matches {
+        return Err(EventStoreError::VersionConflict {
+            stream,
+            expected,
+            actual,
+        });
+    }
+    Ok(actual)
 }
 
 /// The idempotency check: if `first`'s id is stored, returns the stored

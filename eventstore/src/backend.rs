@@ -42,6 +42,10 @@ pub trait Backend: Send + Sync {
     fn put_blob(&self, bytes: &[u8]) -> Result<Hash>;
     /// Fetch a blob.
     fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>>;
+    /// What the store knows of a blob.
+    fn blob_state(&self, hash: &Hash) -> Result<crate::BlobState>;
+    /// Stream a blob's checked bytes to `out`.
+    fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState>;
 }
 
 impl Backend for EventStore {
@@ -76,5 +80,13 @@ impl Backend for EventStore {
 
     fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
         EventStore::get_blob(self, hash)
+    }
+
+    fn blob_state(&self, hash: &Hash) -> Result<crate::BlobState> {
+        EventStore::blob_state(self, hash)
+    }
+
+    fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState> {
+        EventStore::read_blob(self, hash, out)
     }
 }

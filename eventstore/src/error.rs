@@ -131,6 +131,27 @@ pub enum EventStoreError {
         /// What its bytes hash to.
         actual: Hash,
     },
+    /// Bytes stored as a blob did not hash to the address the caller
+    /// expected (the file changed while it was being stored): nothing was
+    /// stored.
+    #[error(
+        "the bytes hash to {actual}, not the expected {expected}: they changed while being stored"
+    )]
+    BlobHashMismatch {
+        /// The address expected.
+        expected: Hash,
+        /// What the bytes hashed to.
+        actual: Hash,
+    },
+    /// A blob's bytes were erased (by `erase` or a retention policy); its
+    /// address and the events naming it remain.
+    #[error("the content {hash} was erased at {erased_at}")]
+    BlobErased {
+        /// Its address.
+        hash: Hash,
+        /// When.
+        erased_at: sandlog_core::Timestamp,
+    },
     /// A blob is larger than the limit.
     #[error("blob of {size} bytes is larger than the limit of {max} bytes")]
     BlobTooLarge {
@@ -186,6 +207,8 @@ impl EventStoreError {
             Self::Corrupt { .. } => "corrupt",
             Self::BlobCorrupt { .. } => "integrity",
             Self::BlobTooLarge { .. } => "too_large",
+            Self::BlobHashMismatch { .. } => "changed",
+            Self::BlobErased { .. } => "erased",
             Self::Poisoned => "poisoned",
             Self::Hook(_) => "hook",
             Self::Sqlite(error) if is_disk_full(error) => "disk_full",

@@ -1,6 +1,6 @@
 //! sandlog-eventstore: the append-only, blake3 hash-chained event log.
 //!
-//! Owns: the `events` and `blobs` tables of the SQLite file, appends (one
+//! Owns: the `events` and blob tables of the SQLite file, appends (one
 //! transaction per batch, optimistic concurrency per stream, gapless global
 //! positions, idempotent by event id), reads (by stream, by position, by
 //! filter, streamed in pages), chain verification and digests, and
@@ -16,7 +16,9 @@
 //! * [`append`]: [`EventStore::append`] and [`ExpectedVersion`].
 //! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
-//! * [`blobs`]: [`EventStore::put_blob`], [`EventStore::get_blob`].
+//! * [`write`]: [`EventStore::write`], the unit of work: appends to any
+//!   streams and the blobs their events name, in one transaction.
+//! * [`blobs`]: content-addressed, compressed, chunked, erasable blobs.
 //! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
 //!   inclusion and consistency proofs.
 //! * [`backend`]: the [`Backend`] trait a second backend (PostgreSQL) will
@@ -30,12 +32,15 @@ pub mod error;
 pub mod merkle;
 pub mod read;
 pub mod sqlite;
+pub mod write;
 
 pub use append::{ExpectedVersion, Head};
 pub use backend::Backend;
+pub use blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 pub use chain::{Digest, VerifyReport};
 pub use error::{ChainProblem, EventStoreError, Result, is_busy, is_disk_full};
 pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};
 pub use rusqlite;
 pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION};
+pub use write::Write;

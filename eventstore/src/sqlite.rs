@@ -12,7 +12,8 @@
 //!   writer with a stale version fail even if the version check raced.
 //!   Triggers refuse `UPDATE` and `DELETE`: the log is append-only to every
 //!   well-behaved client (a tamperer can drop them; `verify` is for that).
-//! * `blobs`: content addressed by blake3.
+//! * `blob_index`, `blob_chunks`: content addressed by blake3, compressed
+//!   in checked chunks (see [`crate::blobs`]).
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
 //!   (see [`crate::merkle`]); `checkpoints`: signed checkpoints issued.
 //!
@@ -33,7 +34,7 @@ use crate::error::{EventStoreError, Result};
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
@@ -108,6 +109,34 @@ pub const MIGRATIONS: &[&str] = &[
         note        TEXT    NOT NULL,
         recorded_at INTEGER NOT NULL
     );
+    "#,
+    // 2 → 3: blobs in compressed, checked chunks that can be erased (see
+    // `blobs`). Each old blob becomes one raw chunk, whose hash is the
+    // blob's own.
+    r#"
+    CREATE TABLE blob_index (
+        hash       BLOB    PRIMARY KEY,
+        size       INTEGER NOT NULL,
+        stored     INTEGER NOT NULL,
+        chunks     INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        erased_at  INTEGER
+    ) WITHOUT ROWID;
+    CREATE TABLE blob_chunks (
+        id         INTEGER PRIMARY KEY,
+        hash       BLOB    NOT NULL,
+        seq        INTEGER NOT NULL,
+        codec      INTEGER NOT NULL,
+        raw_len    INTEGER NOT NULL,
+        chunk_hash BLOB    NOT NULL,
+        data       BLOB    NOT NULL
+    );
+    CREATE UNIQUE INDEX blob_chunks_by_hash ON blob_chunks (hash, seq);
+    INSERT INTO blob_index (hash, size, stored, chunks, created_at)
+        SELECT hash, size, length(data), 1, 0 FROM blobs;
+    INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data)
+        SELECT hash, 0, 0, length(data), hash, data FROM blobs;
+    DROP TABLE blobs;
     "#,
 ];
 

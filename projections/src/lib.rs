@@ -12,6 +12,7 @@
 //! command handlers and in the pure prune planner.
 
 pub mod error;
+pub mod evidence;
 pub mod prune;
 pub mod query;
 pub mod read_model;

@@ -68,6 +68,9 @@ pub struct SkippedSession {
     pub reason: String,
 }
 
+/// The reason prune gives for a session under a legal hold.
+pub const HELD_SKIP_REASON: &str = "held";
+
 /// The reason recorded for legacy sessions (P1).
 pub const LEGACY_SKIP_REASON: &str = "legacy session without valid metadata: never pruned";
 

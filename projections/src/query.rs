@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::error::{ProjectionError, Result};
 use crate::prune::{
-    ActiveSession, LEGACY_SKIP_REASON, PruneCandidate, PrunePlanner, SkippedSession,
+    ActiveSession, HELD_SKIP_REASON, LEGACY_SKIP_REASON, PruneCandidate, PrunePlanner,
+    SkippedSession,
 };
 use crate::read_model::{load_active_totals, load_files, load_session, load_stats};
 use crate::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
@@ -42,6 +43,10 @@ pub struct SessionSummary {
     /// Stream version.
     #[serde(skip)]
     pub version: StreamVersion,
+    /// The reason of a legal hold in force (never pruned, deleted or
+    /// erased while held).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 impl From<&SessionState> for SessionSummary {
@@ -58,6 +63,7 @@ impl From<&SessionState> for SessionSummary {
             legacy: session.legacy,
             labels: session.labels.clone(),
             version: session.version,
+            held: session.held.clone(),
         }
     }
 }
@@ -154,7 +160,7 @@ fn insert_into_tree(level: &mut BTreeMap<String, TreeNode>, components: &[&str],
     }
 }
 
-const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version";
+const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
     let corrupt = |what: String| ProjectionError::Corrupt(what);
@@ -189,6 +195,7 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
         labels: serde_json::from_str(&labels_text)
             .map_err(|error| corrupt(format!("labels: {error}")))?,
         version: StreamVersion(u64::try_from(row.get::<_, i64>(10)?).unwrap_or(0)),
+        held: row.get(11)?,
     })
 }
 
@@ -297,7 +304,7 @@ pub struct PrunePlan {
 
 /// A session id column, parsed from the row's bytes in place (no `String`
 /// per row: a prune may read 100,000).
-fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId> {
+pub(crate) fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId> {
     let rusqlite::types::ValueRef::Text(bytes) = row.get_ref(index)? else {
         return Err(ProjectionError::Corrupt(format!(
             "session id in column {index} is not text"
@@ -324,6 +331,19 @@ pub fn prune_candidates(
             (0, 0)
         };
         let mut planner = PrunePlanner::new(policy.clone(), now, active_sessions, active_bytes);
+        let mut skipped = Vec::new();
+        // Held sessions are few; the partial index lists them.
+        let held: std::collections::BTreeSet<SessionId> = {
+            let mut statement = connection.prepare_cached(
+                "SELECT session_id FROM rm_sessions WHERE held IS NOT NULL AND status = 'active'",
+            )?;
+            let mut rows = statement.query([])?;
+            let mut held = std::collections::BTreeSet::new();
+            while let Some(row) = rows.next()? {
+                held.insert(session_id_column(row, 0)?);
+            }
+            held
+        };
         {
             let mut statement = connection.prepare_cached(
                 "SELECT session_id, updated_at, bytes, version FROM rm_sessions \
@@ -338,12 +358,15 @@ pub fn prune_candidates(
                     bytes: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
                     version: StreamVersion(u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0)),
                 };
+                if held.contains(&session_id) {
+                    skipped.push(SkippedSession { session_id, reason: HELD_SKIP_REASON.to_owned() });
+                    continue;
+                }
                 if !planner.offer(session) {
                     break;
                 }
             }
         }
-        let mut skipped = Vec::new();
         let mut statement = connection
             .prepare_cached("SELECT session_id FROM rm_sessions WHERE status = 'active' AND legacy = 1 ORDER BY session_id")?;
         let mut rows = statement.query(params![])?;

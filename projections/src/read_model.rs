@@ -42,7 +42,7 @@ use crate::state::{
 /// `rm_totals` holds the active totals.
 /// 3: sessions get an integer `session_key` in first-written order, and
 /// `rm_files` is keyed by it (see the schema).
-pub const READ_MODEL_VERSION: i64 = 3;
+pub const READ_MODEL_VERSION: i64 = 4;
 
 /// Events folded per chunk during catch-up and rebuild. Bounds the memory
 /// of the partial state (it is flushed and cleared per chunk) and, for a
@@ -76,7 +76,8 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
     legacy        INTEGER NOT NULL,
     labels        TEXT    NOT NULL,
     version       INTEGER NOT NULL,
-    last_position INTEGER NOT NULL
+    last_position INTEGER NOT NULL,
+    held          TEXT
 );
 -- Prune candidates: active, not legacy, oldest first; covering, so the
 -- candidate scan never touches the table. session_id comes right after
@@ -84,6 +85,8 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
 -- (updated_at, session_id) and the scan needs no sort step.
 CREATE INDEX IF NOT EXISTS rm_sessions_by_age
     ON rm_sessions (status, legacy, updated_at, session_id, bytes, version);
+CREATE INDEX IF NOT EXISTS rm_sessions_held
+    ON rm_sessions (session_id) WHERE held IS NOT NULL;
 CREATE TABLE IF NOT EXISTS rm_files (
     session_key INTEGER NOT NULL,
     path        TEXT    NOT NULL,
@@ -92,6 +95,18 @@ CREATE TABLE IF NOT EXISTS rm_files (
     updated_at  INTEGER NOT NULL,
     PRIMARY KEY (session_key, path)
 ) WITHOUT ROWID;
+-- Which events name which blobs (only blobs whose bytes the event says
+-- were stored): what `gc` keeps, what `erase` removes, what a hold
+-- protects. `role` is code, stdout, stderr or file (with its path).
+CREATE TABLE IF NOT EXISTS rm_blob_refs (
+    hash       BLOB    NOT NULL,
+    session_id TEXT    NOT NULL,
+    position   INTEGER NOT NULL,
+    role       TEXT    NOT NULL,
+    path       TEXT
+);
+CREATE INDEX IF NOT EXISTS rm_blob_refs_by_hash ON rm_blob_refs (hash, position);
+CREATE INDEX IF NOT EXISTS rm_blob_refs_by_session ON rm_blob_refs (session_id, position);
 CREATE TABLE IF NOT EXISTS rm_stats (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     json TEXT NOT NULL
@@ -108,7 +123,7 @@ CREATE TABLE IF NOT EXISTS rm_totals (
 
 const DROP: &str = "DROP TABLE IF EXISTS rm_checkpoint; DROP TABLE IF EXISTS rm_sessions; \
                     DROP TABLE IF EXISTS rm_files; DROP TABLE IF EXISTS rm_stats; \
-                    DROP TABLE IF EXISTS rm_totals;";
+                    DROP TABLE IF EXISTS rm_totals; DROP TABLE IF EXISTS rm_blob_refs;";
 
 fn corrupt(what: impl Into<String>) -> ProjectionError {
     ProjectionError::Corrupt(what.into())
@@ -124,12 +139,13 @@ fn to_u64(value: i64) -> u64 {
 
 /// The read-model tables. If any is missing the read model is absent as a
 /// whole: [`checkpoint`] says so and [`install`] rebuilds it.
-const TABLES: [&str; 5] = [
+const TABLES: [&str; 6] = [
     "rm_checkpoint",
     "rm_sessions",
     "rm_files",
     "rm_stats",
     "rm_totals",
+    "rm_blob_refs",
 ];
 
 /// Reads the checkpoint: `(position, model_version)`, or `None` when the
@@ -143,7 +159,7 @@ const TABLES: [&str; 5] = [
 fn checkpoint(connection: &Connection) -> Result<Option<(Position, i64)>> {
     let present: usize = connection
         .prepare_cached(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2, ?3, ?4, ?5)",
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
         .query_row(TABLES, |row| row.get(0))?;
     if present != TABLES.len() {
@@ -202,7 +218,7 @@ fn load_keyed_session(
     let row = connection
         .prepare_cached(
             "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
-             labels, version, last_position, session_key FROM rm_sessions WHERE session_id = ?1",
+             labels, version, last_position, session_key, held FROM rm_sessions WHERE session_id = ?1",
         )?
         .query_row([&id_text], |row| {
             Ok((
@@ -218,6 +234,7 @@ fn load_keyed_session(
                 row.get::<_, i64>(9)?,
                 row.get::<_, i64>(10)?,
                 row.get::<_, i64>(11)?,
+                row.get::<_, Option<String>>(12)?,
             ))
         })
         .optional()?;
@@ -234,6 +251,7 @@ fn load_keyed_session(
         version,
         last_position,
         session_key,
+        held,
     )) = row
     else {
         return Ok(None);
@@ -266,6 +284,7 @@ fn load_keyed_session(
             version: StreamVersion(to_u64(version)),
             last_position: Position(to_u64(last_position)),
             files,
+            held,
         },
     }))
 }
@@ -354,6 +373,46 @@ struct Batch<'c> {
     dirty_sessions: BTreeSet<SessionId>,
     dirty_files: BTreeSet<(SessionId, WorkspacePath)>,
     stats_dirty: bool,
+    /// Blob references folded since the last flush.
+    refs: Vec<BlobRef>,
+}
+
+/// One row of `rm_blob_refs`.
+struct BlobRef {
+    hash: sandlog_core::Hash,
+    session_id: SessionId,
+    position: Position,
+    role: &'static str,
+    path: Option<WorkspacePath>,
+}
+
+/// The blobs an event names whose bytes it says were stored.
+fn blob_refs(event: &Event, session_id: SessionId, position: Position, refs: &mut Vec<BlobRef>) {
+    let mut push = |hash, role, path| {
+        refs.push(BlobRef {
+            hash,
+            session_id,
+            position,
+            role,
+            path,
+        });
+    };
+    match event {
+        Event::SessionExecuted(executed) => {
+            push(executed.code_blake3, "code", None);
+            if executed
+                .evidence
+                .is_some_and(|evidence| evidence.output_kept)
+            {
+                push(executed.stdout_blake3, "stdout", None);
+                push(executed.stderr_blake3, "stderr", None);
+            }
+        }
+        Event::FileWritten(written) if written.content_stored() => {
+            push(written.blake3, "file", Some(written.path.clone()));
+        }
+        _ => {}
+    }
 }
 
 impl<'c> Batch<'c> {
@@ -370,6 +429,7 @@ impl<'c> Batch<'c> {
             dirty_sessions: BTreeSet::new(),
             dirty_files: BTreeSet::new(),
             stats_dirty: false,
+            refs: Vec::new(),
         })
     }
 
@@ -450,6 +510,7 @@ impl<'c> Batch<'c> {
                 }
             }
             self.dirty_sessions.insert(session_id);
+            blob_refs(event, session_id, envelope.position, &mut self.refs);
         }
         let stats_before = self.state.stats.clone();
         apply_in_context(&mut self.state, envelope, event);
@@ -468,13 +529,13 @@ impl<'c> Batch<'c> {
         {
             let mut insert_session = connection.prepare_cached(
                 "INSERT INTO rm_sessions (session_id, status, created_at, updated_at, exec_count, last_outcome, \
-                 bytes, file_count, legacy, labels, version, last_position) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 bytes, file_count, legacy, labels, version, last_position, held) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             )?;
             let mut update_session = connection.prepare_cached(
                 "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
                  last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
-                 last_position = ?12 WHERE session_key = ?1",
+                 last_position = ?12, held = ?13 WHERE session_key = ?1",
             )?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
@@ -497,12 +558,13 @@ impl<'c> Batch<'c> {
                     labels,
                     to_i64(session.version.0),
                     to_i64(session.last_position.0),
+                    session.held.as_deref(),
                 );
                 match loaded.key {
                     Some(key) => {
                         update_session.execute(params![
                             key, values.0, values.1, values.2, values.3, values.4, values.5,
-                            values.6, values.7, values.8, values.9, values.10,
+                            values.6, values.7, values.8, values.9, values.10, values.11,
                         ])?;
                     }
                     None => {
@@ -520,6 +582,7 @@ impl<'c> Batch<'c> {
                             values.8,
                             values.9,
                             values.10,
+                            values.11,
                         ])?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }
@@ -598,6 +661,20 @@ impl<'c> Batch<'c> {
             connection
                 .prepare_cached("INSERT INTO rm_stats (id, json) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET json = excluded.json")?
                 .execute([json])?;
+        }
+        if !self.refs.is_empty() {
+            let mut insert_ref = connection.prepare_cached(
+                "INSERT INTO rm_blob_refs (hash, session_id, position, role, path) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for blob in self.refs.drain(..) {
+                insert_ref.execute(params![
+                    blob.hash.0.as_slice(),
+                    blob.session_id.to_string(),
+                    to_i64(blob.position.0),
+                    blob.role,
+                    blob.path.as_ref().map(WorkspacePath::as_str),
+                ])?;
+            }
         }
         connection
             .prepare_cached("UPDATE rm_checkpoint SET position = ?1 WHERE id = 1")?

@@ -108,6 +108,10 @@ pub struct SessionState {
     pub last_position: Position,
     /// Files, by path.
     pub files: BTreeMap<WorkspacePath, FileEntry>,
+    /// The reason of a legal hold in force: a held session is never
+    /// pruned, deleted or erased.
+    #[serde(default)]
+    pub held: Option<String>,
 }
 
 impl SessionState {
@@ -126,6 +130,7 @@ impl SessionState {
             version: envelope.version,
             last_position: envelope.position,
             files: BTreeMap::new(),
+            held: None,
         }
     }
 
@@ -344,6 +349,8 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
             session.files.clear();
             session.recount();
         }
+        Event::SessionHeld(held) => session.held = Some(held.reason.clone()),
+        Event::SessionReleased(_) => session.held = None,
         Event::SessionDeleteRequested(_) => session.status = SessionStatus::Deleting,
         Event::SessionDeleted(_) => {
             session.status = SessionStatus::Deleted;

@@ -637,6 +637,8 @@ impl Engine {
         for (path, scanned) in workspace.scan()? {
             let blake3 = workspace.hash(&path)?;
             let file = FileWritten {
+                content_kept: None,
+                not_kept: None,
                 path: WorkspacePath::clone(&path),
                 size: scanned.size,
                 blake3,

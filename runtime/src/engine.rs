@@ -211,6 +211,8 @@ pub struct LimitOverrides {
     pub output_bytes: Option<usize>,
     /// Workspace quota, bytes.
     pub workspace_bytes: Option<u64>,
+    /// File bytes kept as evidence (0: evidence off).
+    pub evidence_bytes: Option<u64>,
 }
 
 /// What an execution did.
@@ -279,6 +281,34 @@ impl std::fmt::Debug for Engine {
 
 fn create_dir(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).map_err(RuntimeError::io(format!("creating {}", path.display())))
+}
+
+/// Refuses labels past [`LABELS_MAX`] or [`LABEL_BYTES_MAX`].
+pub(crate) fn check_labels(labels: &BTreeMap<String, String>) -> Result<()> {
+    if labels.len() > LABELS_MAX {
+        return Err(RuntimeError::Invalid(
+            sandlog_core::CoreError::InvalidPayload {
+                kind: "session.created".into(),
+                schema: 1,
+                reason: format!("{} labels; the limit is {LABELS_MAX}", labels.len()),
+            },
+        ));
+    }
+    if let Some((key, _)) = labels
+        .iter()
+        .find(|(k, v)| k.is_empty() || k.len() > LABEL_BYTES_MAX || v.len() > LABEL_BYTES_MAX)
+    {
+        return Err(RuntimeError::Invalid(
+            sandlog_core::CoreError::InvalidPayload {
+                kind: "session.created".into(),
+                schema: 1,
+                reason: format!(
+                    "label {key:?}: keys must be 1 to {LABEL_BYTES_MAX} bytes, values at most {LABEL_BYTES_MAX}"
+                ),
+            },
+        ));
+    }
+    Ok(())
 }
 
 impl Engine {
@@ -515,29 +545,7 @@ impl Engine {
     /// before the event leaves an empty orphan directory that `reconcile`
     /// quarantines, never an event without a directory.
     pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
-        if labels.len() > LABELS_MAX {
-            return Err(RuntimeError::Invalid(
-                sandlog_core::CoreError::InvalidPayload {
-                    kind: "session.created".into(),
-                    schema: 1,
-                    reason: format!("{} labels; the limit is {LABELS_MAX}", labels.len()),
-                },
-            ));
-        }
-        if let Some((key, _)) = labels
-            .iter()
-            .find(|(k, v)| k.is_empty() || k.len() > LABEL_BYTES_MAX || v.len() > LABEL_BYTES_MAX)
-        {
-            return Err(RuntimeError::Invalid(
-                sandlog_core::CoreError::InvalidPayload {
-                    kind: "session.created".into(),
-                    schema: 1,
-                    reason: format!(
-                        "label {key:?}: keys must be 1 to {LABEL_BYTES_MAX} bytes, values at most {LABEL_BYTES_MAX}"
-                    ),
-                },
-            ));
-        }
+        check_labels(&labels)?;
         let session_id = SessionId::new_v4();
         let workspace = self.layout.workspace(session_id);
         std::fs::create_dir(&workspace).map_err(RuntimeError::io(format!(
@@ -590,7 +598,7 @@ impl Engine {
             ..ScanLimits::default()
         };
         let before = workspace.scan_bounded(&scan_limits)?.files;
-        let code_hash = self.store.put_blob(&request.code)?;
+        let budget = self.evidence_budget(request.limits.evidence_bytes)?;
 
         let mut run = RunRequest::new(&workspace_path);
         run.args = args;
@@ -640,49 +648,67 @@ impl Engine {
             ),
             _ => (report.outcome, report.trap_message),
         };
-        let executed = SessionExecuted {
-            runtime: request.runtime.name(),
-            runtime_blake3: Hash(*module.blake3().as_bytes()),
-            code_blake3: code_hash,
-            code_bytes: request.code.len() as u64,
-            outcome,
-            exit_code: report.exit_code,
-            fuel_consumed: Some(report.fuel_consumed),
-            duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
-            stdout_bytes: report.stdout.len() as u64,
-            stdout_blake3: Hash::of(&report.stdout),
-            stdout_truncated: report.stdout_truncated,
-            stderr_bytes: report.stderr.len() as u64,
-            stderr_blake3: Hash::of(&report.stderr),
-            stderr_truncated: report.stderr_truncated,
-            limits: RecordedLimits {
-                fuel: limits.fuel,
-                timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
-                memory_bytes: limits.memory_bytes,
-                workspace_bytes: limits.workspace_bytes_max,
-            },
-            scan: Some(Box::new(ExecutionScan {
-                scan_ms,
-                limit: changes.limit,
-                files_changed_total: changes.total,
-                files_recorded,
-                changes_digest: changes.limit.map(|_| changes.digest),
-            })),
+        let scan = ExecutionScan {
+            scan_ms,
+            limit: changes.limit,
+            files_changed_total: changes.total,
+            files_recorded,
+            changes_digest: changes.limit.map(|_| changes.digest),
         };
-        let executed_event = self.event(&Event::SessionExecuted(executed));
-        let cause = Some(executed_event.event_id.0);
-        let mut events = vec![executed_event];
-        events.extend(written.iter().map(|file| {
-            let mut event = self.event(&Event::FileWritten(file.clone()));
-            event.causation_id = cause;
-            event
-        }));
-        events.extend(deleted.iter().map(|file| {
-            let mut event = self.event(&Event::FileDeleted(file.clone()));
-            event.causation_id = cause;
-            event
-        }));
-        let envelopes = self.append_to_session(session_id, session.version, &events)?;
+        // The code, the output and the files' bytes are stored in the
+        // transaction of the events that name them: one commit, and no
+        // event naming a blob that is not there.
+        let envelopes = self.write_session(session_id, session.version, |write, version| {
+            let code = write.put_blob(&request.code)?;
+            if budget > 0 {
+                write.put_blob(&report.stdout)?;
+                write.put_blob(&report.stderr)?;
+            }
+            let (kept, evidence) =
+                crate::evidence::keep_files(write, &workspace, &written, budget)?;
+            let executed = SessionExecuted {
+                runtime: request.runtime.name(),
+                runtime_blake3: Hash(*module.blake3().as_bytes()),
+                code_blake3: code.hash,
+                code_bytes: request.code.len() as u64,
+                outcome,
+                exit_code: report.exit_code,
+                fuel_consumed: Some(report.fuel_consumed),
+                duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+                stdout_bytes: report.stdout.len() as u64,
+                stdout_blake3: Hash::of(&report.stdout),
+                stdout_truncated: report.stdout_truncated,
+                stderr_bytes: report.stderr.len() as u64,
+                stderr_blake3: Hash::of(&report.stderr),
+                stderr_truncated: report.stderr_truncated,
+                limits: RecordedLimits {
+                    fuel: limits.fuel,
+                    timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+                    memory_bytes: limits.memory_bytes,
+                    workspace_bytes: limits.workspace_bytes_max,
+                },
+                scan: Some(Box::new(scan.clone())),
+                evidence: Some(evidence),
+            };
+            let executed_event = self.event(&Event::SessionExecuted(executed));
+            let cause = Some(executed_event.event_id.0);
+            let mut events = vec![executed_event];
+            events.extend(kept.iter().map(|file| {
+                let mut event = self.event(&Event::FileWritten(file.clone()));
+                event.causation_id = cause;
+                event
+            }));
+            events.extend(deleted.iter().map(|file| {
+                let mut event = self.event(&Event::FileDeleted(file.clone()));
+                event.causation_id = cause;
+                event
+            }));
+            Ok(write.append(
+                session_id.stream(),
+                ExpectedVersion::Exact(version),
+                &events,
+            )?)
+        })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
         Ok(Execution {
@@ -739,6 +765,38 @@ impl Engine {
                 )?)
             }
             Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Runs `build` in one write transaction to append to a session's
+    /// stream at `version` (see [`Engine::append_to_session`] for what
+    /// happens when another process appended meanwhile: `build` runs again
+    /// at the new version).
+    pub(crate) fn write_session<T>(
+        &self,
+        session_id: SessionId,
+        version: sandlog_core::StreamVersion,
+        mut build: impl FnMut(
+            &mut sandlog_eventstore::Write<'_, '_>,
+            sandlog_core::StreamVersion,
+        ) -> Result<T>,
+    ) -> Result<T> {
+        match self.store.write(|write| build(write, version)) {
+            Err(RuntimeError::Store(EventStoreError::VersionConflict {
+                actual: Some(actual),
+                ..
+            })) => {
+                let session = self.session(session_id)?;
+                if session.status != SessionStatus::Active {
+                    tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
+                    return Err(RuntimeError::SessionNotActive {
+                        session_id,
+                        status: session.status,
+                    });
+                }
+                self.store.write(|write| build(write, actual))
+            }
+            other => other,
         }
     }
 
@@ -909,7 +967,7 @@ impl Engine {
         let left = quota.saturating_sub(session.bytes.saturating_sub(previous));
         let blob_max = BLOB_BYTES_MAX as u64;
         let bytes_max = left.min(blob_max);
-        let mut staged = match workspace.stage_from(path, reader, bytes_max) {
+        let staged = match workspace.stage_from(path, reader, bytes_max) {
             Err(RuntimeError::InputTooLarge {
                 path,
                 bytes_max,
@@ -945,30 +1003,31 @@ impl Engine {
             staged => staged?,
         };
         let size = staged.size();
-        let blake3 = {
-            let bytes = staged.read()?;
-            self.store.put_blob(&bytes)?
-        };
-        if blake3 != staged.blake3() {
-            return Err(RuntimeError::Io {
-                context: format!("writing {path} in session {session_id}"),
-                source: std::io::Error::other(
-                    "the stored blob's hash differs from the streamed one",
-                ),
-            });
-        }
-        staged.commit()?;
-        let file = FileWritten {
-            path: path.clone(),
-            size,
-            blake3,
-            by: WrittenBy::Host,
-        };
-        self.append_to_session(
-            session_id,
-            session.version,
-            &[self.event(&Event::FileWritten(file))],
-        )?;
+        let blake3 = staged.blake3();
+        // The bytes are stored with the event, and the file is renamed into
+        // place inside that transaction, just before it commits: the side
+        // effect precedes its event, and a crash leaves either no new file
+        // and no event, or the new file without its event (drift that
+        // `reconcile` reports), never an event whose bytes are not stored.
+        let mut staged = Some(staged);
+        self.write_session(session_id, session.version, |write, version| {
+            // Only a version conflict runs this again, and it is found
+            // before the rename below.
+            let Some(file) = staged.as_mut() else {
+                return Err(RuntimeError::Conflict(session_id));
+            };
+            write.put_blob_from(file.reader()?, Some(blake3), size)?;
+            let written = FileWritten::kept(path.clone(), size, blake3, WrittenBy::Host);
+            let envelopes = write.append(
+                session_id.stream(),
+                ExpectedVersion::Exact(version),
+                &[self.event(&Event::FileWritten(written))],
+            )?;
+            if let Some(file) = staged.take() {
+                file.commit()?;
+            }
+            Ok(envelopes)
+        })?;
         tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size, "file written");
         Ok(FileView {
             path: path.clone(),

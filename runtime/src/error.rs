@@ -222,6 +222,56 @@ pub enum RuntimeError {
         /// Why.
         reason: String,
     },
+    /// The bytes asked for were never kept (past the evidence budget,
+    /// evidence off, an adopted file): the events keep their hash only.
+    #[error("{what}: its bytes were not kept ({reason}); only its hash {hash} is recorded")]
+    ContentNotKept {
+        /// What was asked for.
+        what: String,
+        /// Why they were not kept.
+        reason: String,
+        /// The recorded hash.
+        hash: String,
+    },
+    /// The bytes asked for were erased; the events naming them remain.
+    #[error(
+        "{what}: its bytes were erased at {erased_at} ({reason}); the events and its hash {hash} remain"
+    )]
+    ContentErased {
+        /// What was asked for.
+        what: String,
+        /// When.
+        erased_at: String,
+        /// Why, from the `evidence.erased` event when found.
+        reason: String,
+        /// The recorded hash.
+        hash: String,
+    },
+    /// The session is under a legal hold: it cannot be pruned, deleted or
+    /// erased until `session release`.
+    #[error(
+        "session {session_id} is under a legal hold ({reason}); release it first with `sandlog session release {session_id}`"
+    )]
+    Held {
+        /// The session.
+        session_id: SessionId,
+        /// The hold's reason.
+        reason: String,
+    },
+    /// A restore target that already holds something.
+    #[error("{}: not empty; restore writes only into a new or empty directory, so nothing is overwritten", path.display())]
+    NotEmpty {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// No such execution, or no such point in a session's history.
+    #[error("session {session_id}: {what}")]
+    NotInHistory {
+        /// The session.
+        session_id: SessionId,
+        /// What is missing, and what exists.
+        what: String,
+    },
 }
 
 impl RuntimeError {
@@ -255,6 +305,11 @@ impl RuntimeError {
             Self::NoCheckpoint => "not_found",
             Self::InputTooLarge { .. } => "too_large",
             Self::Busy { .. } => "busy",
+            Self::ContentNotKept { .. } => "not_kept",
+            Self::ContentErased { .. } => "erased",
+            Self::Held { .. } => "held",
+            Self::NotEmpty { .. } => "not_empty",
+            Self::NotInHistory { .. } => "not_found",
             Self::NotARoot { .. } => "root_missing",
             Self::LogMissing { .. }
             | Self::AnchorMismatch { .. }

@@ -371,6 +371,9 @@ impl Engine {
                 status: session.status,
             });
         }
+        if let Some(reason) = session.held {
+            return Err(RuntimeError::Held { session_id, reason });
+        }
         let lease =
             Lease::acquire_or_busy(&self.layout.root, session_id, LeaseMode::Exclusive, wait)?;
         let session = self.session(session_id)?;

@@ -168,6 +168,8 @@ pub(crate) fn changes(
                 size,
                 blake3: Some(blake3),
             } => written.push(FileWritten {
+                content_kept: None,
+                not_kept: None,
                 path: path.clone(),
                 size: *size,
                 blake3: *blake3,

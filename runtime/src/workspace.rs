@@ -106,6 +106,29 @@ impl Workspace {
         }
     }
 
+    /// Opens a file for reading (a stream: callers bound what they read).
+    pub fn open_read(&self, path: &WorkspacePath) -> Result<cap_std::fs::File> {
+        self.dir
+            .open(path.as_std_path())
+            .map_err(self.map_error(path, "reading"))
+    }
+
+    /// Creates a new file for writing (its parent directories too); fails
+    /// if anything is at `path` already.
+    pub fn create_new(&self, path: &WorkspacePath) -> Result<cap_std::fs::File> {
+        let map = || self.map_error(path, "creating");
+        if let Some(parent) = path.parent() {
+            self.dir
+                .create_dir_all(parent.as_std_path())
+                .map_err(map())?;
+        }
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        self.dir
+            .open_with(path.as_std_path(), &options)
+            .map_err(map())
+    }
+
     /// Reads a whole file (at most [`BLOB_BYTES_MAX`] bytes).
     pub fn read(&self, path: &WorkspacePath) -> Result<Vec<u8>> {
         let file = self
@@ -549,6 +572,19 @@ impl StagedWrite<'_> {
             ));
         }
         Ok(bytes)
+    }
+
+    /// The staged file, rewound, to stream its contents (the caller reads
+    /// at most [`StagedWrite::size`] bytes and checks them against
+    /// [`StagedWrite::blake3`]).
+    pub fn reader(&mut self) -> Result<&mut cap_std::fs::File> {
+        use std::io::Seek;
+        let map = self.workspace.map_error(&self.target, "reading back");
+        let Some(file) = self.file.as_mut() else {
+            return Err(map(std::io::Error::other("the staged file is closed")));
+        };
+        file.seek(std::io::SeekFrom::Start(0)).map_err(map)?;
+        Ok(file)
     }
 
     /// Creates the target's parent directories and renames the temporary

@@ -76,6 +76,8 @@ fn populate(
             ),
             NewEvent::from_event(
                 &Event::FileWritten(FileWritten {
+                    content_kept: None,
+                    not_kept: None,
                     path: path.clone(),
                     size: 100,
                     blake3: hash,

@@ -2012,12 +2012,12 @@ fn blobs_round_trip_idempotently_and_damage_is_detected() -> TestResult {
     assert!(temp.store.has_blob(&hash)?);
 
     let tamperer = temp.tamperer()?;
-    let rows: i64 = tamperer.query_row("SELECT count(*) FROM blobs", [], |row| row.get(0))?;
+    let rows: i64 = tamperer.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))?;
     assert_eq!(rows, 2);
     let mut damaged = bytes;
     damaged[12_345] ^= 1;
     tamperer.execute(
-        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        "UPDATE blob_chunks SET codec = 0, data = ?1 WHERE hash = ?2",
         params![damaged, hash.0.as_slice()],
     )?;
     let error = temp.store.get_blob(&hash).unwrap_err();

@@ -139,7 +139,9 @@ fn a_store_from_before_the_tree_gets_it_on_open() -> TestResult {
     {
         let connection = rusqlite::Connection::open(temp.path())?;
         connection.execute_batch(
-            "DROP TABLE merkle_nodes; DROP TABLE checkpoints; PRAGMA user_version = 1;",
+            "DROP TABLE merkle_nodes; DROP TABLE checkpoints; DROP TABLE blob_index; DROP TABLE blob_chunks; \
+             CREATE TABLE blobs (hash BLOB PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL); \
+             PRAGMA user_version = 1;",
         )?;
     }
     let temp = temp.reopen()?;

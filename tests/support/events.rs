@@ -119,12 +119,15 @@ pub fn executed(outcome: Outcome) -> Event {
             workspace_bytes: 1 << 30,
         },
         scan: None,
+        evidence: None,
     })
 }
 
 /// `file.written` of `size` bytes whose contents hash is `hash_of(path)`.
 pub fn written(path: &WorkspacePath, size: u64, by: WrittenBy) -> Event {
     Event::FileWritten(FileWritten {
+        content_kept: None,
+        not_kept: None,
         path: path.clone(),
         size,
         blake3: hash_of(path.as_str()),

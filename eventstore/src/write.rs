@@ -1,0 +1,127 @@
+//! The unit of work: several appends (to one or many streams) and the blobs
+//! their events name, in one transaction, committed with one fsync.
+//!
+//! Blobs are written in the transaction of the events that refer to them, so
+//! a committed event never names a blob that is not stored, and a crash
+//! leaves neither (see [`crate::blobs`]).
+
+use rusqlite::{Transaction, TransactionBehavior};
+use sandlog_core::merkle::Frontier;
+use sandlog_core::{Envelope, Hash, NewEvent, StreamId};
+
+use crate::append::{ExpectedVersion, insert_batch};
+use crate::blobs::{self, BlobPut, ErasedBlob};
+use crate::error::{EventStoreError, Result};
+use crate::sqlite::EventStore;
+
+/// An open write transaction. Made by [`EventStore::write`]; everything
+/// done through it commits together or not at all.
+pub struct Write<'s, 't> {
+    store: &'s EventStore,
+    transaction: &'t Transaction<'t>,
+    frontier: Option<Frontier>,
+    appended: usize,
+}
+
+impl Write<'_, '_> {
+    /// Appends `events` to `stream` if it is at `expected`, exactly as
+    /// [`EventStore::append`] does, inside this transaction.
+    pub fn append(
+        &mut self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        let envelopes = insert_batch(
+            self.store,
+            self.transaction,
+            &mut self.frontier,
+            stream,
+            expected,
+            events,
+        )?;
+        self.appended += envelopes.len();
+        Ok(envelopes)
+    }
+
+    /// Stores `bytes` (see [`Write::put_blob_from`]).
+    pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
+        let mut reader = bytes;
+        blobs::put(
+            self.transaction,
+            &mut reader,
+            Some(Hash::of(bytes)),
+            bytes.len() as u64,
+            self.store.clock.now(),
+        )
+    }
+
+    /// Stores what `reader` yields, at most `size_max` bytes, streamed in
+    /// chunks of [`blobs::CHUNK_BYTES`] (never held whole). With `expected`,
+    /// a blob already stored under that hash is not read at all, and bytes
+    /// that hash to something else fail with
+    /// [`crate::EventStoreError::BlobHashMismatch`] and leave nothing.
+    pub fn put_blob_from(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+        expected: Option<Hash>,
+        size_max: u64,
+    ) -> Result<BlobPut> {
+        blobs::put(
+            self.transaction,
+            reader,
+            expected,
+            size_max,
+            self.store.clock.now(),
+        )
+    }
+
+    /// Removes a blob's bytes, keeping its address, size and the time of
+    /// the erasure. `None` if it was not stored or already erased.
+    pub fn erase_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        blobs::erase(self.transaction, hash, self.store.clock.now())
+    }
+
+    /// Deletes a blob entirely (bytes and index row): for blobs no event
+    /// names. `None` if it was not stored.
+    pub fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        blobs::remove(self.transaction, hash)
+    }
+}
+
+impl EventStore {
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) and commits if
+    /// it succeeds: every append and blob it made lands together, with one
+    /// fsync; if it fails, nothing does. `f` runs with the writer held, so
+    /// keep it to storage work.
+    pub fn write<T, E>(
+        &self,
+        f: impl FnOnce(&mut Write<'_, '_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<EventStoreError>,
+    {
+        self.check_not_poisoned()?;
+        let mut connection = self.lock_writer();
+        let transaction = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(EventStoreError::from)?;
+        let (value, frontier, appended) = {
+            let mut write = Write {
+                store: self,
+                transaction: &transaction,
+                frontier: None,
+                appended: 0,
+            };
+            let value = f(&mut write)?;
+            (value, write.frontier, write.appended)
+        };
+        self.commit(transaction)?;
+        if let Some(frontier) = frontier {
+            self.frontier.put(frontier);
+        } else if appended > 0 {
+            self.frontier.clear();
+        }
+        Ok(value)
+    }
+}
