@@ -566,6 +566,7 @@ impl Engine {
             return Err(error.into());
         }
         tracing::info!(target: "sandlog::lifecycle", event = "session.created", %session_id, "session created");
+        self.maybe_checkpoint(false);
         self.session(session_id)
     }
 
@@ -711,6 +712,7 @@ impl Engine {
         })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
+        self.maybe_checkpoint(false);
         Ok(Execution {
             outcome,
             exit_code: report.exit_code,
@@ -1029,6 +1031,7 @@ impl Engine {
             Ok(envelopes)
         })?;
         tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size, "file written");
+        self.maybe_checkpoint(false);
         Ok(FileView {
             path: path.clone(),
             size,

@@ -31,11 +31,44 @@ pub const EVIDENCE_BYTES_MAX: u64 = WORKSPACE_BYTES_MAX;
 /// evidence off).
 pub const EVIDENCE_BUDGET_SETTING: &str = "evidence.budget";
 
+/// The root setting naming the signing key file automatic checkpoints are
+/// signed with (made by `sandlog keygen`).
+pub const CHECKPOINT_KEY_SETTING: &str = "checkpoint.key";
+
+/// The root setting: sign a checkpoint once this many events were appended
+/// since the last one.
+pub const CHECKPOINT_EVERY_SETTING: &str = "checkpoint.every";
+
+/// The root setting: sign a checkpoint after every prune run (`true`).
+pub const CHECKPOINT_ON_PRUNE_SETTING: &str = "checkpoint.on_prune";
+
 /// Settings a root accepts, with what their value is.
-pub const SETTINGS: &[(&str, &str)] = &[(
-    EVIDENCE_BUDGET_SETTING,
-    "file bytes each execution keeps as evidence (a size such as 32MiB; 0 turns evidence off)",
-)];
+pub const SETTINGS: &[(&str, &str)] = &[
+    (
+        EVIDENCE_BUDGET_SETTING,
+        "file bytes each execution keeps as evidence (a size such as 32MiB; 0 turns evidence off)",
+    ),
+    (
+        CHECKPOINT_KEY_SETTING,
+        "the signing key file (from `sandlog keygen`) automatic checkpoints are signed with",
+    ),
+    (
+        CHECKPOINT_EVERY_SETTING,
+        "sign a checkpoint once this many events were appended since the last (a count)",
+    ),
+    (
+        CHECKPOINT_ON_PRUNE_SETTING,
+        "sign a checkpoint after every prune run (true or false)",
+    ),
+];
+
+fn invalid_setting(key: &str, reason: String) -> RuntimeError {
+    RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+        kind: key.to_owned(),
+        schema: 0,
+        reason,
+    })
+}
 
 /// Parses an evidence budget, bounded by [`EVIDENCE_BYTES_MAX`].
 pub fn parse_budget(text: &str) -> Result<u64> {
@@ -130,29 +163,56 @@ fn keep_one(
 impl Engine {
     /// A root setting's current value (`None`: unset, the default applies).
     pub fn setting(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.settings()?.remove(key))
+    }
+
+    /// Every root setting that is set, folded from the `root.configured`
+    /// events (found through the log's index by kind).
+    pub fn settings(&self) -> Result<std::collections::BTreeMap<String, String>> {
         let filter = LogFilter {
             stream: Some(StreamId::System),
             kinds: vec!["root.configured".to_owned()],
             ..LogFilter::default()
         };
-        let mut value = None;
+        let mut settings = std::collections::BTreeMap::new();
         for envelope in self.store.query(filter) {
-            if let Ok(Some(Event::RootConfigured(configured))) = envelope?.event()
-                && configured.key == key
-            {
-                value = configured.value;
+            if let Ok(Some(Event::RootConfigured(configured))) = envelope?.event() {
+                match configured.value {
+                    Some(value) => settings.insert(configured.key, value),
+                    None => settings.remove(&configured.key),
+                };
             }
         }
-        Ok(value)
+        Ok(settings)
     }
 
     /// Changes a root setting (one of [`SETTINGS`]), recorded as a
     /// `root.configured` event; `None` unsets it.
     pub fn configure(&self, key: &str, value: Option<&str>) -> Result<()> {
-        match key {
-            EVIDENCE_BUDGET_SETTING => {
-                if let Some(value) = value {
-                    parse_budget(value)?;
+        match (key, value) {
+            (_, None) if SETTINGS.iter().any(|(known, _)| *known == key) => {}
+            (EVIDENCE_BUDGET_SETTING, Some(value)) => {
+                parse_budget(value)?;
+            }
+            (CHECKPOINT_KEY_SETTING, Some(value)) => {
+                // Checked now, so a typo fails here and not at the first
+                // automatic checkpoint.
+                crate::proofs::read_signer_key(std::path::Path::new(value))?;
+            }
+            (CHECKPOINT_EVERY_SETTING, Some(value)) => {
+                if !value.parse::<u64>().is_ok_and(|every| every > 0) {
+                    return Err(invalid_setting(
+                        key,
+                        format!("{value:?} is not a count of events; give a whole number above 0"),
+                    ));
+                }
+            }
+            (CHECKPOINT_ON_PRUNE_SETTING, Some(value)) => {
+                if value.parse::<bool>().is_err() {
+                    return Err(invalid_setting(
+                        key,
+                        format!("{value:?} is not true or false"),
+                    ));
                 }
             }
             _ => {

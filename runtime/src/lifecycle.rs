@@ -234,6 +234,7 @@ impl Engine {
             &[self.event(&completed).correlated(correlation)],
         )?;
         tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
+        self.maybe_checkpoint(true);
         Ok(report)
     }
 

@@ -99,11 +99,28 @@ pub struct BundleReport {
     pub state: Option<SessionState>,
 }
 
-/// The blobs an event names (code, file contents).
+/// Raw bytes of blobs one bundle carries at most; past it the remaining
+/// blobs are left out (the verifier lists them as missing, their hashes
+/// still proven), so a bundle of a session that kept gigabytes stays a
+/// file that can be mailed and loaded whole.
+pub const BUNDLE_BLOB_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// The blobs an event says were stored (code, output kept as evidence,
+/// file contents kept).
 fn blob_refs(envelope: &Envelope) -> Vec<Hash> {
     match envelope.event() {
-        Ok(Some(Event::SessionExecuted(executed))) => vec![executed.code_blake3],
-        Ok(Some(Event::FileWritten(written))) => vec![written.blake3],
+        Ok(Some(Event::SessionExecuted(executed))) => {
+            let mut hashes = vec![executed.code_blake3];
+            if executed
+                .evidence
+                .is_some_and(|evidence| evidence.output_kept)
+            {
+                hashes.push(executed.stdout_blake3);
+                hashes.push(executed.stderr_blake3);
+            }
+            hashes
+        }
+        Ok(Some(Event::FileWritten(written))) if written.content_stored() => vec![written.blake3],
         _ => Vec::new(),
     }
 }
@@ -226,6 +243,55 @@ impl Engine {
     }
 
     /// The newest checkpoint this root signed, if any.
+    /// Signs a checkpoint if the root's settings ask for one now: on
+    /// `after_prune` with `checkpoint.on_prune`, or once `checkpoint.every`
+    /// events were appended since the last checkpoint. Needs
+    /// `checkpoint.key`. A failure is logged, not returned: the command
+    /// that triggered it has already been recorded.
+    pub fn maybe_checkpoint(&self, after_prune: bool) -> Option<SignedCheckpoint> {
+        match self.auto_checkpoint(after_prune) {
+            Ok(signed) => signed,
+            Err(error) => {
+                tracing::warn!(%error, "the automatic checkpoint failed; sign one with `sandlog checkpoint`");
+                None
+            }
+        }
+    }
+
+    fn auto_checkpoint(&self, after_prune: bool) -> Result<Option<SignedCheckpoint>> {
+        use crate::evidence::{
+            CHECKPOINT_EVERY_SETTING, CHECKPOINT_KEY_SETTING, CHECKPOINT_ON_PRUNE_SETTING,
+        };
+        let settings = self.settings()?;
+        let Some(key_path) = settings.get(CHECKPOINT_KEY_SETTING) else {
+            return Ok(None);
+        };
+        let on_prune = after_prune
+            && settings
+                .get(CHECKPOINT_ON_PRUNE_SETTING)
+                .is_some_and(|value| value == "true");
+        let due = match settings
+            .get(CHECKPOINT_EVERY_SETTING)
+            .and_then(|value| value.parse::<u64>().ok())
+        {
+            Some(every) => {
+                let (size, _) = self.store.merkle_head()?;
+                let last = self
+                    .store
+                    .latest_checkpoint()?
+                    .map_or(0, |stored| stored.size);
+                size.saturating_sub(last) >= every
+            }
+            None => false,
+        };
+        if !on_prune && !due {
+            return Ok(None);
+        }
+        let key = read_signer_key(Path::new(key_path))?;
+        self.sign_checkpoint(&key).map(Some)
+    }
+
+    /// The newest stored checkpoint's note.
     pub fn latest_checkpoint(&self) -> Result<Option<String>> {
         Ok(self.store.latest_checkpoint()?.map(|stored| stored.note))
     }
@@ -330,6 +396,7 @@ impl Engine {
         }
         let mut events = Vec::new();
         let mut blobs = BTreeMap::new();
+        let mut carried = 0u64;
         for envelope in envelopes
             .iter()
             .filter(|envelope| envelope.position.0 <= body_size)
@@ -337,8 +404,16 @@ impl Engine {
             let proof = self.store.inclusion_proof(envelope.position, body_size)?;
             events.push(BundleEvent::new(envelope, &proof));
             for hash in blob_refs(envelope) {
+                let size = match self.store.blob_state(&hash)? {
+                    sandlog_eventstore::BlobState::Kept { size, .. } => size,
+                    _ => continue,
+                };
+                if blobs.contains_key(&hash.to_hex()) || carried + size > BUNDLE_BLOB_BYTES_MAX {
+                    continue;
+                }
                 if let Some(bytes) = self.store.get_blob(&hash)? {
                     use base64::Engine as _;
+                    carried += size;
                     blobs.insert(
                         hash.to_hex(),
                         base64::engine::general_purpose::STANDARD.encode(bytes),

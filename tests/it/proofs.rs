@@ -239,3 +239,71 @@ fn altered_deleted_or_inserted_events_fail_checkpoint_verification() -> TestResu
     }
     Ok(())
 }
+
+/// Goal: checkpoints can be signed without an operator (issue: "every N
+/// events or on every prune run, a root setting"). Method: set the key and
+/// `checkpoint.every = 3`, append events and watch checkpoints appear at
+/// the head; then `checkpoint.on_prune`, and a prune run signs one; bad
+/// values are refused with the setting named.
+#[test]
+fn root_settings_sign_checkpoints_every_n_events_and_on_prune() -> TestResult {
+    let root = TestRoot::new()?;
+    let key_path = root.path().join("auto.key");
+    generate_key_file("sandlog.test/auto", &key_path)?;
+    assert!(root.engine.latest_checkpoint()?.is_none());
+    let key_text = key_path.to_string_lossy().into_owned();
+    root.engine.configure("checkpoint.key", Some(&key_text))?;
+    // No trigger set yet: nothing is signed.
+    root.engine.create_session(BTreeMap::new())?;
+    assert!(root.engine.latest_checkpoint()?.is_none());
+
+    root.engine.configure("checkpoint.every", Some("3"))?;
+    for _ in 0..4 {
+        root.engine.create_session(BTreeMap::new())?;
+    }
+    let stored = root
+        .engine
+        .store()
+        .latest_checkpoint()?
+        .ok_or("no checkpoint")?;
+    let (head, _) = root.engine.store().merkle_head()?;
+    assert!(
+        head - stored.size < 3,
+        "head {head}, checkpoint {}",
+        stored.size
+    );
+    assert!(
+        stored.note.starts_with("sandlog.test/auto\n"),
+        "{}",
+        stored.note
+    );
+
+    root.engine.configure("checkpoint.every", None)?;
+    root.engine.configure("checkpoint.on_prune", Some("true"))?;
+    let before = root.engine.store().latest_checkpoint()?.map(|c| c.size);
+    let policy = sandlog_core::PrunePolicy::older_than(std::time::Duration::from_secs(3600));
+    root.engine.prune(&policy, false, &|_, _| {})?;
+    let after = root
+        .engine
+        .store()
+        .latest_checkpoint()?
+        .ok_or("no checkpoint")?;
+    assert_ne!(Some(after.size), before);
+    assert_eq!(after.size, root.engine.store().merkle_head()?.0);
+
+    for (key, value) in [
+        ("checkpoint.every", "0"),
+        ("checkpoint.every", "ten"),
+        ("checkpoint.on_prune", "yes"),
+        ("checkpoint.key", "/nonexistent/key"),
+        ("evidence.budget", "lots"),
+        ("no.such.setting", "1"),
+    ] {
+        let error = root.engine.configure(key, Some(value)).unwrap_err();
+        assert!(
+            error.to_string().contains(key) || error.to_string().contains(value),
+            "{key}={value}: {error}"
+        );
+    }
+    Ok(())
+}
