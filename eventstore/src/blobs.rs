@@ -361,6 +361,67 @@ pub(crate) fn remove(transaction: &Transaction<'_>, hash: &Hash) -> Result<Optio
     Ok(removed)
 }
 
+/// Writes a kept blob's chunks to `out` in order, each checked against its
+/// hash before it is written, the whole checked at the end.
+fn copy_chunks(
+    connection: &Connection,
+    hash: &Hash,
+    size: u64,
+    out: &mut dyn IoWrite,
+) -> Result<()> {
+    let mut statement = connection.prepare_cached(
+        "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks WHERE hash = ?1 ORDER BY seq",
+    )?;
+    let mut rows = statement.query([hash.0.as_slice()])?;
+    let mut hasher = blake3::Hasher::new();
+    let mut written = 0u64;
+    let mut expected_seq = 0i64;
+    let corrupt = |actual: Hash| EventStoreError::BlobCorrupt {
+        hash: *hash,
+        actual,
+    };
+    while let Some(row) = rows.next()? {
+        let seq: i64 = row.get(0)?;
+        let codec: i64 = row.get(1)?;
+        let raw_len: i64 = row.get(2)?;
+        let chunk_hash: Vec<u8> = row.get(3)?;
+        let data = row
+            .get_ref(4)?
+            .as_blob()
+            .map_err(|_| corrupt(Hash::GENESIS))?;
+        let raw_len = usize::try_from(raw_len)
+            .ok()
+            .filter(|len| *len <= CHUNK_BYTES.max(BLOB_BYTES_MAX))
+            .ok_or_else(|| corrupt(Hash::GENESIS))?;
+        if seq != expected_seq {
+            return Err(corrupt(Hash::GENESIS));
+        }
+        expected_seq += 1;
+        let raw = match codec {
+            CODEC_RAW => data.to_vec(),
+            CODEC_ZSTD => {
+                zstd::bulk::decompress(data, raw_len).map_err(|_| corrupt(Hash::GENESIS))?
+            }
+            _ => return Err(corrupt(Hash::GENESIS)),
+        };
+        let actual = Hash::of(&raw);
+        if raw.len() != raw_len || Hash::from_slice(&chunk_hash) != Some(actual) {
+            return Err(corrupt(actual));
+        }
+        hasher.update(&raw);
+        written += raw.len() as u64;
+        out.write_all(&raw).map_err(|source| EventStoreError::Io {
+            context: format!("writing blob {hash}"),
+            source,
+        })?;
+    }
+    let actual = Hash(*hasher.finalize().as_bytes());
+    if actual != *hash || written != size {
+        return Err(corrupt(actual));
+    }
+    Ok(())
+}
+
 impl EventStore {
     /// Stores `bytes` under their blake3 in a transaction of its own and
     /// returns it. Idempotent. Blobs that events name are stored with the
@@ -387,61 +448,36 @@ impl EventStore {
     /// end ([`EventStoreError::BlobCorrupt`]). Returns the state; bytes are
     /// written only when it is [`BlobState::Kept`].
     pub fn read_blob(&self, hash: &Hash, out: &mut dyn IoWrite) -> Result<BlobState> {
+        // A blob of one chunk is read under the shared reader and written
+        // out after it is released; a longer one streams from a connection
+        // of its own, so a slow `out` never holds up other readers.
+        let small = {
+            let mut connection = self.lock_reader();
+            let snapshot = connection.transaction()?;
+            let state = state_in(&snapshot, hash)?;
+            match state {
+                BlobState::Kept { size, .. } if size <= CHUNK_BYTES as u64 => {
+                    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+                    copy_chunks(&snapshot, hash, size, &mut bytes)?;
+                    Some((state, bytes))
+                }
+                BlobState::Kept { .. } => None,
+                _ => return Ok(state),
+            }
+        };
+        if let Some((state, bytes)) = small {
+            out.write_all(&bytes)
+                .map_err(|source| EventStoreError::Io {
+                    context: format!("writing blob {hash}"),
+                    source,
+                })?;
+            return Ok(state);
+        }
         let connection = self.open_read_only_connection()?;
         let snapshot = connection.unchecked_transaction()?;
         let state = state_in(&snapshot, hash)?;
-        let BlobState::Kept { size, .. } = state else {
-            return Ok(state);
-        };
-        let mut statement = snapshot.prepare(
-            "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks WHERE hash = ?1 ORDER BY seq",
-        )?;
-        let mut rows = statement.query([hash.0.as_slice()])?;
-        let mut hasher = blake3::Hasher::new();
-        let mut written = 0u64;
-        let mut expected_seq = 0i64;
-        let corrupt = |actual: Hash| EventStoreError::BlobCorrupt {
-            hash: *hash,
-            actual,
-        };
-        while let Some(row) = rows.next()? {
-            let seq: i64 = row.get(0)?;
-            let codec: i64 = row.get(1)?;
-            let raw_len: i64 = row.get(2)?;
-            let chunk_hash: Vec<u8> = row.get(3)?;
-            let data = row
-                .get_ref(4)?
-                .as_blob()
-                .map_err(|_| corrupt(Hash::GENESIS))?;
-            let raw_len = usize::try_from(raw_len)
-                .ok()
-                .filter(|len| *len <= CHUNK_BYTES.max(BLOB_BYTES_MAX))
-                .ok_or_else(|| corrupt(Hash::GENESIS))?;
-            if seq != expected_seq {
-                return Err(corrupt(Hash::GENESIS));
-            }
-            expected_seq += 1;
-            let raw = match codec {
-                CODEC_RAW => data.to_vec(),
-                CODEC_ZSTD => {
-                    zstd::bulk::decompress(data, raw_len).map_err(|_| corrupt(Hash::GENESIS))?
-                }
-                _ => return Err(corrupt(Hash::GENESIS)),
-            };
-            let actual = Hash::of(&raw);
-            if raw.len() != raw_len || Hash::from_slice(&chunk_hash) != Some(actual) {
-                return Err(corrupt(actual));
-            }
-            hasher.update(&raw);
-            written += raw.len() as u64;
-            out.write_all(&raw).map_err(|source| EventStoreError::Io {
-                context: format!("writing blob {hash}"),
-                source,
-            })?;
-        }
-        let actual = Hash(*hasher.finalize().as_bytes());
-        if actual != *hash || written != size {
-            return Err(corrupt(actual));
+        if let BlobState::Kept { size, .. } = state {
+            copy_chunks(&snapshot, hash, size, out)?;
         }
         Ok(state)
     }
