@@ -1,0 +1,607 @@
+"""sandlog for Python: event-sourced storage for sandboxed code-execution
+workspaces.
+
+Every session is a workspace directory in a root; every change (a session
+created, code run, a file written or deleted, a prune) is an event appended
+to a hash-chained log. Guest code runs in a WebAssembly sandbox (CPython
+for WASI) that sees only its session's workspace as ``/app``.
+
+>>> import sandlog
+>>> with sandlog.Engine.init(root) as engine:            # doctest: +SKIP
+...     sid = engine.create_session()
+...     print(engine.execute(sid, "print(6 * 7)").stdout)
+
+An :class:`Engine` is safe to share between threads: the GIL is released
+while the engine runs code, touches files or appends to the log. Errors
+are :class:`Error` subclasses; a guest that fails, times out or runs out of
+fuel is a result (:attr:`Execution.outcome`), not an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+from . import _sandlog
+from ._errors import Conflict, Error, IntegrityError, InvalidInput, LimitExceeded, NotFound
+
+__all__ = [
+    "Engine",
+    "Session",
+    "Execution",
+    "FileInfo",
+    "PruneResult",
+    "VerifyResult",
+    "ReconcileResult",
+    "AdoptResult",
+    "Error",
+    "NotFound",
+    "Conflict",
+    "IntegrityError",
+    "LimitExceeded",
+    "InvalidInput",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_U64_MAX = 2**64 - 1
+_I64_MAX = 2**63 - 1
+
+
+def _from_micros(micros: Optional[int]) -> Optional[datetime]:
+    if micros is None:
+        return None
+    try:
+        return _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        # Beyond what datetime holds (years past 9999): saturate, as the
+        # engine does when it formats such an instant.
+        return datetime.max.replace(tzinfo=timezone.utc) if micros > 0 else datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _text(name: str, value: object) -> str:
+    """A str argument that can be encoded as UTF-8."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidInput(f"{name}: not valid Unicode text ({error.reason} at index {error.start})") from None
+    return value
+
+
+def _optional_text(name: str, value: object) -> Optional[str]:
+    return None if value is None else _text(name, value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def _count(name: str, value: object) -> Optional[int]:
+    """An optional non-negative integer that fits in 64 bits."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0 or value > _U64_MAX:
+        raise InvalidInput(f"{name} {value}: must be between 0 and {_U64_MAX}")
+    return value
+
+
+def _seconds(name: str, value: object) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be seconds (int or float) or a timedelta, not {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > 365 * 86400:
+        raise InvalidInput(f"{name} {value!r}: must be a positive number of seconds, at most a year")
+    return seconds
+
+
+def _path(name: str, value: object) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or os.PathLike, not {type(value).__name__}")
+    _text(name, value)
+    if "\0" in value:
+        raise InvalidInput(f"{name}: contains a NUL character")
+    return value
+
+
+def _labels(value: object) -> Dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"labels must be a mapping of str to str, not {type(value).__name__}")
+    labels: Dict[str, str] = {}
+    for key, item in value.items():
+        labels[_text("label key", key)] = _text(f"label {key!r}", item)
+    return labels
+
+
+def _bytes(name: str, value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes (or bytearray, memoryview), not {type(value).__name__}")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """A session, as the log's read model knows it."""
+
+    session_id: str
+    """The session's id (a UUID)."""
+    status: str
+    """``active``, ``pruning``, ``pruned``, ``deleting``, ``deleted``."""
+    created_at: Optional[datetime]
+    """When it was created (aware, UTC); ``None`` for an adopted legacy session."""
+    updated_at: Optional[datetime]
+    """Last activity (aware, UTC); ``None`` for an adopted legacy session."""
+    exec_count: int
+    """Executions run in it."""
+    bytes: int
+    """Total size of its files."""
+    file_count: int = 0
+    """Number of files."""
+    legacy: bool = False
+    """Adopted without valid metadata: never pruned."""
+    labels: Dict[str, str] = dataclasses.field(default_factory=dict)
+    """Labels given at creation."""
+    last_outcome: Optional[str] = None
+    """The last execution's outcome."""
+
+    @classmethod
+    def _from_native(cls, raw: Dict[str, Any]) -> "Session":
+        return cls(
+            session_id=raw["session_id"],
+            status=raw["status"],
+            created_at=_from_micros(raw["created_at_us"]),
+            updated_at=_from_micros(raw["updated_at_us"]),
+            exec_count=raw["exec_count"],
+            bytes=raw["bytes"],
+            file_count=raw["file_count"],
+            legacy=raw["legacy"],
+            labels=dict(raw["labels"]),
+            last_outcome=raw["last_outcome"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """What one execution did. A guest failure is a result: check ``outcome``."""
+
+    outcome: str
+    """``ok``, ``error``, ``timeout``, ``out_of_fuel``, ``memory``, ``quota``, ``trap``, ``limit_exceeded``."""
+    exit_code: Optional[int]
+    """The guest's exit code, when it exited."""
+    stdout: str
+    """Standard output (UTF-8, undecodable bytes replaced)."""
+    stderr: str
+    """Standard error (UTF-8, undecodable bytes replaced)."""
+    files_written: List[str]
+    """Workspace paths the guest created or changed."""
+    files_deleted: List[str]
+    """Workspace paths the guest deleted."""
+    duration_ms: int
+    """Wall time of the run."""
+    fuel_consumed: int
+    """Fuel (the deterministic CPU measure) used."""
+    stdout_bytes: bytes = b""
+    """Standard output as bytes."""
+    stderr_bytes: bytes = b""
+    """Standard error as bytes."""
+    stdout_truncated: bool = False
+    """Whether stdout was cut at the output limit."""
+    stderr_truncated: bool = False
+    """Whether stderr was cut at the output limit."""
+    message: Optional[str] = None
+    """The engine's note on a non-``ok`` outcome."""
+    position: int = 0
+    """Log position of the ``session.executed`` event."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the guest exited 0."""
+        return self.outcome == "ok"
+
+    @classmethod
+    def _from_native(cls, raw: Dict[str, Any]) -> "Execution":
+        return cls(
+            outcome=raw["outcome"],
+            exit_code=raw["exit_code"],
+            stdout=_decode(raw["stdout"]),
+            stderr=_decode(raw["stderr"]),
+            files_written=list(raw["files_written"]),
+            files_deleted=list(raw["files_deleted"]),
+            duration_ms=raw["duration_ms"],
+            fuel_consumed=raw["fuel_consumed"],
+            stdout_bytes=raw["stdout"],
+            stderr_bytes=raw["stderr"],
+            stdout_truncated=raw["stdout_truncated"],
+            stderr_truncated=raw["stderr_truncated"],
+            message=raw["message"],
+            position=raw["position"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInfo:
+    """A file of a session, as recorded in the log."""
+
+    path: str
+    """Workspace-relative path."""
+    size: int
+    """Size in bytes."""
+    blake3: str
+    """blake3 of the contents, hex."""
+    updated_at: datetime
+    """When it was last written (aware, UTC)."""
+
+    @classmethod
+    def _from_native(cls, raw: Tuple[str, int, str, int]) -> "FileInfo":
+        path, size, blake3, updated_us = raw
+        updated = _from_micros(updated_us)
+        assert updated is not None
+        return cls(path=path, size=size, blake3=blake3, updated_at=updated)
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneResult:
+    """What a prune did (the seed's field names)."""
+
+    deleted_sessions: List[str]
+    """Sessions deleted (in a dry run: that a real run would delete now)."""
+    skipped_sessions: List[str]
+    """Sessions not pruned: legacy ones (no metadata), held ones, ones in use."""
+    reclaimed_bytes: int
+    """Bytes freed (in a dry run: the sessions' recorded sizes)."""
+    errors: Dict[str, str]
+    """Per-session errors; the run went on past each."""
+    dry_run: bool
+    """Whether nothing was changed."""
+    skipped_reasons: Dict[str, str] = dataclasses.field(default_factory=dict)
+    """Why each skipped session was skipped."""
+    duration_ms: int = 0
+    """Wall time."""
+
+    def __str__(self) -> str:
+        text = f"{len(self.deleted_sessions)} deleted, {len(self.skipped_sessions)} skipped, {self.reclaimed_bytes} bytes reclaimed"
+        if self.errors:
+            text += f", {len(self.errors)} failed"
+        if self.dry_run:
+            text += " (dry run)"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """What :meth:`Engine.verify` found (a broken chain raises :class:`IntegrityError`)."""
+
+    ok: bool
+    """Whether the read models agree with the log."""
+    events: int
+    """Events checked."""
+    head: str
+    """The head event's hash, hex."""
+    position: int
+    """The head position."""
+    read_model_mismatches: List[str]
+    """Differences between the read models and a fold of the log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileResult:
+    """What :meth:`Engine.reconcile` did (or, dry, would do)."""
+
+    actions: List[Dict[str, Any]]
+    """The planned actions, as the engine describes them."""
+    orphans: List[str]
+    """Directories with no session, quarantined (or to quarantine)."""
+    intents_finished: int
+    """Pending prune/delete intents finished."""
+    drift: List[Dict[str, Any]]
+    """Workspace drift recorded."""
+    errors: Dict[str, str]
+    """Per-action errors."""
+    dry_run: bool
+    """Whether nothing was changed."""
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    """The whole report."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdoptResult:
+    """What :meth:`Engine.adopt` did with a directory of seed workspaces."""
+
+    adopted: List[str]
+    """Sessions adopted with valid metadata (their timestamps kept)."""
+    legacy: List[str]
+    """Sessions adopted without metadata: kept, never pruned."""
+    corrupted: List[str]
+    """Sessions adopted with unreadable metadata (kept as evidence): legacy too."""
+    skipped: List[Tuple[str, str]]
+    """Entries not adopted, with the reason."""
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    """The whole report."""
+
+
+class Engine:
+    """A sandlog root, open. Share one between threads; close it (or use
+    ``with``) when done.
+
+    Open with :meth:`Engine.open` (an existing root) or :meth:`Engine.init`
+    (creating it if needed).
+    """
+
+    __slots__ = ("_native", "__weakref__")
+
+    def __init__(self, native: "_sandlog.Engine") -> None:
+        if not isinstance(native, _sandlog.Engine):
+            raise TypeError("use sandlog.Engine.open(root) or sandlog.Engine.init(root)")
+        self._native = native
+
+    @classmethod
+    def init(cls, root: PathLike) -> "Engine":
+        """Creates a root at ``root`` if there is none (its directories, the
+        database, the anchor), then opens it."""
+        path = _path("root", root)
+        _sandlog.Engine.init(path)
+        return cls(_sandlog.Engine.open(path))
+
+    @classmethod
+    def open(cls, root: PathLike, *, store: Optional[str] = None) -> "Engine":
+        """Opens an existing root; raises :class:`NotFound` if there is none.
+
+        ``store`` is reserved for other event stores; only the embedded
+        SQLite store (``None``) is supported yet."""
+        path = _path("root", root)
+        if store is not None:
+            raise InvalidInput(f"store {store!r}: only the embedded SQLite store is supported yet; pass store=None")
+        return cls(_sandlog.Engine.open(path))
+
+    def close(self) -> None:
+        """Closes this handle. Calls already running in other threads finish."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return bool(self._native.closed)
+
+    @property
+    def root(self) -> str:
+        """The root directory."""
+        return self._native.root()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<sandlog.Engine closed>"
+        return f"<sandlog.Engine root={self.root!r}>"
+
+    # Sessions
+
+    def create_session(self, labels: Optional[Mapping[str, str]] = None) -> str:
+        """Creates a session (an empty workspace); returns its id."""
+        return self._native.create_session(_labels(labels))
+
+    def session(self, session_id: str) -> Session:
+        """The session ``session_id``; :class:`NotFound` if there is none."""
+        return Session._from_native(self._native.session(_text("session_id", session_id)))
+
+    def sessions(self) -> List[Session]:
+        """Every session the log knows, in any status."""
+        return [Session._from_native(raw) for raw in self._native.sessions()]
+
+    def delete_session(self, session_id: str) -> int:
+        """Deletes a session and its workspace; returns the bytes reclaimed."""
+        return self._native.delete_session(_text("session_id", session_id))
+
+    # Executions
+
+    def execute(
+        self,
+        session_id: str,
+        code: str,
+        *,
+        runtime: str = "python",
+        timeout: Union[float, timedelta, None] = None,
+        fuel: Optional[int] = None,
+        memory: Optional[int] = None,
+    ) -> Execution:
+        """Runs ``code`` in the session's workspace (seen by the guest as
+        ``/app``) and records what it changed.
+
+        ``runtime`` is ``python``, ``javascript``, or a path to a WASI
+        module (the code is then its stdin). ``timeout`` (seconds),
+        ``fuel`` and ``memory`` (bytes) override the engine's limits. A
+        guest that fails or hits a limit is a result with that ``outcome``.
+        """
+        sid = _text("session_id", session_id)
+        source = _text("code", code).encode("utf-8")
+        name = _text("runtime", runtime)
+        raw = self._native.execute(
+            sid,
+            source,
+            name,
+            _seconds("timeout", timeout),
+            _count("fuel", fuel),
+            _count("memory", memory),
+        )
+        return Execution._from_native(raw)
+
+    # Files
+
+    def list_files(self, session_id: str, pattern: Optional[str] = None) -> List[FileInfo]:
+        """The session's files, optionally matching a glob (``*.py``, ``data/**``)."""
+        raw = self._native.list_files(_text("session_id", session_id), _optional_text("pattern", pattern))
+        return [FileInfo._from_native(item) for item in raw]
+
+    def read_file(self, session_id: str, path: str) -> bytes:
+        """The contents of ``path`` in the session's workspace."""
+        return self._native.read_file(_text("session_id", session_id), _text("path", path))
+
+    def write_file(self, session_id: str, path: str, data: bytes, *, overwrite: bool = False) -> FileInfo:
+        """Writes ``data`` to ``path`` (parents created); :class:`Conflict` if
+        the file exists and ``overwrite`` is false."""
+        raw = self._native.write_file(
+            _text("session_id", session_id),
+            _text("path", path),
+            _bytes("data", data),
+            _flag("overwrite", overwrite),
+        )
+        return FileInfo._from_native(raw)
+
+    def delete_path(self, session_id: str, path: str, *, recursive: bool = False) -> List[str]:
+        """Deletes a file, or a directory with ``recursive``; returns the
+        deleted file paths."""
+        return self._native.delete_path(
+            _text("session_id", session_id), _text("path", path), _flag("recursive", recursive)
+        )
+
+    # Retention
+
+    def prune(
+        self,
+        *,
+        older_than: Optional[timedelta] = None,
+        dry_run: bool = False,
+        max_sessions: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        max_deletions: Optional[int] = None,
+    ) -> PruneResult:
+        """Deletes sessions idle at least ``older_than``, and the oldest
+        beyond ``max_sessions`` or ``max_bytes``, at most ``max_deletions``
+        in this run. Legacy (adopted without metadata) and held sessions are
+        skipped. With ``dry_run`` nothing changes and the result lists what
+        a real run would delete now."""
+        older_us: Optional[int] = None
+        if older_than is not None:
+            if not isinstance(older_than, timedelta):
+                raise TypeError(f"older_than must be a datetime.timedelta, not {type(older_than).__name__}")
+            if older_than < timedelta(0):
+                raise InvalidInput(f"older_than {older_than}: must not be negative")
+            older_us = (older_than.days * 86400 + older_than.seconds) * 1_000_000 + older_than.microseconds
+        raw = json.loads(
+            self._native.prune(
+                older_us,
+                _flag("dry_run", dry_run),
+                _count("max_sessions", max_sessions),
+                _count("max_bytes", max_bytes),
+                _count("max_deletions", max_deletions),
+            )
+        )
+        return PruneResult(
+            deleted_sessions=list(raw["deleted_sessions"]),
+            skipped_sessions=list(raw["skipped_sessions"]),
+            reclaimed_bytes=raw["reclaimed_bytes"],
+            errors=dict(raw["errors"]),
+            dry_run=raw["dry_run"],
+            skipped_reasons=dict(raw["skipped_reasons"]),
+            duration_ms=raw["duration_ms"],
+        )
+
+    # The log
+
+    def log(
+        self,
+        *,
+        session_id: Optional[str] = None,
+        since: Optional[datetime] = None,
+        from_position: Optional[int] = None,
+    ) -> Iterator[Dict[str, Any]]:
+        """The events of the log (or of one session's stream), in order, as
+        dicts (``position``, ``stream``, ``kind``, ``recorded_at``,
+        ``payload``, ``hash``, …). Read page by page as it is iterated.
+
+        ``since`` (an aware datetime) keeps events recorded at or after it;
+        ``from_position`` starts at that log position."""
+        sid = _optional_text("session_id", session_id)
+        since_us: Optional[int] = None
+        if since is not None:
+            if not isinstance(since, datetime):
+                raise TypeError(f"since must be a datetime, not {type(since).__name__}")
+            if since.tzinfo is None or since.utcoffset() is None:
+                raise InvalidInput("since must be an aware datetime (with a tzinfo, e.g. timezone.utc)")
+            delta = since - _EPOCH
+            since_us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+            since_us = max(-_I64_MAX, min(_I64_MAX, since_us))
+        start = _count("from_position", from_position) or 1
+        native = self._native
+        page_size = int(_sandlog.LOG_PAGE_EVENTS_MAX)
+        # Checked now, not at the first next(): a bad id fails at the call.
+        if sid is not None:
+            native.session(sid)
+
+        def pages(position: Optional[int]) -> Iterator[Dict[str, Any]]:
+            while position is not None:
+                texts, position = native.log_page(sid, since_us, position, page_size)
+                for text in texts:
+                    yield json.loads(text)
+
+        return pages(start)
+
+    # Operations
+
+    def verify(self) -> VerifyResult:
+        """Verifies the hash chain and compares the read models with the
+        log; a broken chain raises :class:`IntegrityError`."""
+        raw = json.loads(self._native.verify())
+        return VerifyResult(
+            ok=raw["ok"],
+            events=raw["events"],
+            head=raw["head"],
+            position=raw["position"],
+            read_model_mismatches=list(raw["read_model_mismatches"]),
+        )
+
+    def reconcile(self, dry_run: bool = False) -> ReconcileResult:
+        """Brings the disk in line with the log: finishes interrupted
+        prunes and deletes, quarantines orphan directories, records drift."""
+        raw = json.loads(self._native.reconcile(_flag("dry_run", dry_run)))
+        return ReconcileResult(
+            actions=list(raw["actions"]),
+            orphans=list(raw["orphans"]),
+            intents_finished=raw["intents_finished"],
+            drift=list(raw["drift"]),
+            errors=dict(raw["errors"]),
+            dry_run=raw["dry_run"],
+            raw=raw,
+        )
+
+    def adopt(self, source: PathLike) -> AdoptResult:
+        """Adopts the seed system's workspaces: every UUID-named directory
+        in ``source`` is moved into this root; its ``.metadata.json`` (when
+        valid) gives the session's timestamps, and sessions without it are
+        kept as legacy (never pruned)."""
+        raw = json.loads(self._native.adopt(_path("source", source)))
+        return AdoptResult(
+            adopted=list(raw["adopted"]),
+            legacy=list(raw["legacy"]),
+            corrupted=list(raw["corrupted"]),
+            skipped=[tuple(item) for item in raw["skipped"]],  # type: ignore[misc]
+            raw=raw,
+        )

@@ -1,0 +1,495 @@
+//! `sandlog._sandlog`: the native half of the `sandlog` Python package.
+//!
+//! A thin layer over [`sandlog_runtime::Engine`]. Every method takes plain
+//! values (the pure-Python `sandlog` package checks types and turns results
+//! into dataclasses), runs the engine with the GIL released, and maps every
+//! [`RuntimeError`] to one of the `sandlog` exception classes. Nothing here
+//! may unwind into the interpreter: each call runs under `catch_unwind` and a
+//! panic becomes a `sandlog.Error`.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use sandlog_runtime::applier::ReconcileOptions;
+use sandlog_runtime::core::policy::PrunePolicy;
+use sandlog_runtime::core::{CoreError, Position, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::projections::query::{FileView, SessionSummary};
+use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides, Runtime, RuntimeError};
+
+/// Most events one `log_page` call returns; the Python iterator asks page by
+/// page, so memory stays bounded however long the log is.
+const LOG_PAGE_EVENTS_MAX: usize = 2048;
+
+/// Why a call failed, before it is turned into a Python exception (which
+/// needs the GIL, not held while the engine runs).
+enum Failure {
+    /// The engine's error.
+    Runtime(RuntimeError),
+    /// A bad argument found here.
+    Invalid(String),
+    /// The engine was closed.
+    Closed,
+    /// A panic caught at the boundary.
+    Panic(String),
+}
+
+impl From<RuntimeError> for Failure {
+    fn from(error: RuntimeError) -> Self {
+        Failure::Runtime(error)
+    }
+}
+
+impl From<CoreError> for Failure {
+    fn from(error: CoreError) -> Self {
+        Failure::Runtime(RuntimeError::Invalid(error))
+    }
+}
+
+/// The `sandlog` exception class of an engine error, by its stable kind.
+fn class_of(error: &RuntimeError) -> &'static str {
+    if error.is_integrity() {
+        return "IntegrityError";
+    }
+    if error.is_not_found() {
+        return "NotFound";
+    }
+    let kind = error.kind();
+    match kind {
+        "conflict" | "busy" | "file_exists" | "session_not_active" | "held" | "not_empty"
+        | "version_conflict" => "Conflict",
+        "quota" | "too_large" => "LimitExceeded",
+        "runtime_missing" => "NotFound",
+        "path_escapes" | "is_directory" | "invalid_pattern" | "invalid_limit"
+        | "invalid_request" | "invalid" => "InvalidInput",
+        "corrupt" | "read_model_corrupt" | "changed" => "IntegrityError",
+        _ if kind.starts_with("invalid_") => "InvalidInput",
+        _ => "Error",
+    }
+}
+
+/// Builds the Python exception: `sandlog.<class>(message)` with `kind` set.
+fn exception(py: Python<'_>, class: &str, kind: &str, message: String) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let module = py.import("sandlog._errors")?;
+        let value = module.getattr(class)?.call1((message.clone(),))?;
+        value.setattr("kind", kind)?;
+        Ok(PyErr::from_value(value))
+    };
+    // The errors module ships with the package; if it cannot be imported
+    // the import error itself is the most useful thing to raise.
+    build().unwrap_or_else(|error| error)
+}
+
+fn to_pyerr(py: Python<'_>, failure: Failure) -> PyErr {
+    match failure {
+        Failure::Runtime(error) => exception(py, class_of(&error), error.kind(), error.to_string()),
+        Failure::Invalid(message) => exception(py, "InvalidInput", "invalid_argument", message),
+        Failure::Closed => exception(
+            py,
+            "Error",
+            "closed",
+            "the engine is closed; open it again with sandlog.Engine.open(root)".to_owned(),
+        ),
+        Failure::Panic(message) => exception(
+            py,
+            "Error",
+            "internal",
+            format!("internal error in sandlog (please report it): {message}"),
+        ),
+    }
+}
+
+/// Runs `work` with the GIL released; a panic is caught and reported as a
+/// `sandlog.Error` instead of unwinding into the interpreter.
+fn run<T, F>(py: Python<'_>, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> Result<T, Failure> + Send,
+{
+    let outcome = py.detach(move || std::panic::catch_unwind(AssertUnwindSafe(work)));
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(failure)) => Err(to_pyerr(py, failure)),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            Err(to_pyerr(py, Failure::Panic(message)))
+        }
+    }
+}
+
+fn session_id(text: &str) -> Result<SessionId, Failure> {
+    Ok(SessionId::parse(text)?)
+}
+
+fn workspace_path(text: &str) -> Result<WorkspacePath, Failure> {
+    Ok(WorkspacePath::parse(text)?)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
+    serde_json::to_string(value)
+        .map_err(|error| Failure::Panic(format!("serialising a result: {error}")))
+}
+
+fn session_dict<'py>(py: Python<'py>, summary: &SessionSummary) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("session_id", summary.session_id.to_string())?;
+    dict.set_item("status", summary.status.as_str())?;
+    dict.set_item(
+        "created_at_us",
+        summary.created_at.map(Timestamp::unix_micros),
+    )?;
+    dict.set_item(
+        "updated_at_us",
+        summary.updated_at.map(Timestamp::unix_micros),
+    )?;
+    dict.set_item("exec_count", summary.exec_count)?;
+    dict.set_item("bytes", summary.bytes)?;
+    dict.set_item("file_count", summary.file_count)?;
+    dict.set_item("legacy", summary.legacy)?;
+    dict.set_item("labels", summary.labels.clone())?;
+    dict.set_item(
+        "last_outcome",
+        summary.last_outcome.map(|outcome| outcome.as_str()),
+    )?;
+    Ok(dict)
+}
+
+fn file_tuple(file: &FileView) -> (String, u64, String, i64) {
+    (
+        file.path.to_string(),
+        file.size,
+        file.blake3.to_hex(),
+        file.updated_at.unix_micros(),
+    )
+}
+
+/// The engine, shared between threads; `close` drops this handle's
+/// reference (calls already running keep theirs until they return).
+#[pyclass(frozen, module = "sandlog._sandlog", name = "Engine")]
+struct PyEngine {
+    inner: RwLock<Option<Arc<Engine>>>,
+}
+
+impl PyEngine {
+    fn engine(&self) -> Result<Arc<Engine>, Failure> {
+        let guard = self
+            .inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.clone().ok_or(Failure::Closed)
+    }
+
+    fn with<T, F>(&self, py: Python<'_>, work: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Engine) -> Result<T, Failure> + Send,
+    {
+        let engine = self.engine().map_err(|failure| to_pyerr(py, failure))?;
+        run(py, move || work(&engine))
+    }
+}
+
+#[pymethods]
+impl PyEngine {
+    /// Creates a root if needed; returns its canonical path.
+    #[staticmethod]
+    fn init(py: Python<'_>, root: PathBuf) -> PyResult<String> {
+        run(py, move || {
+            Ok(Engine::init(&root)?.to_string_lossy().into_owned())
+        })
+    }
+
+    /// Opens an existing root.
+    #[staticmethod]
+    fn open(py: Python<'_>, root: PathBuf) -> PyResult<PyEngine> {
+        let engine = run(py, move || {
+            let options = EngineOptions {
+                actor: "api:python".to_owned(),
+                ..EngineOptions::default()
+            };
+            Ok(Engine::open(&root, options)?)
+        })?;
+        Ok(PyEngine {
+            inner: RwLock::new(Some(Arc::new(engine))),
+        })
+    }
+
+    /// Drops this handle's engine.
+    fn close(&self) {
+        let mut guard = self
+            .inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *guard = None;
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_none()
+    }
+
+    /// The root directory.
+    fn root(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |engine| {
+            Ok(engine.layout().root.to_string_lossy().into_owned())
+        })
+    }
+
+    fn create_session(&self, py: Python<'_>, labels: BTreeMap<String, String>) -> PyResult<String> {
+        self.with(py, move |engine| {
+            Ok(engine.create_session(labels)?.session_id.to_string())
+        })
+    }
+
+    fn session<'py>(&self, py: Python<'py>, session_id: &str) -> PyResult<Bound<'py, PyDict>> {
+        let summary = self.with(py, |engine| Ok(engine.session(self::session_id(session_id)?)?))?;
+        session_dict(py, &summary)
+    }
+
+    fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sessions = self.with(py, |engine| Ok(engine.sessions(None)?))?;
+        let list = PyList::empty(py);
+        for summary in &sessions {
+            list.append(session_dict(py, summary)?)?;
+        }
+        Ok(list)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        code: &[u8],
+        runtime: &str,
+        timeout: Option<f64>,
+        fuel: Option<u64>,
+        memory: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let timeout = match timeout {
+            None => None,
+            Some(seconds) => Some(Duration::try_from_secs_f64(seconds).map_err(|_| {
+                to_pyerr(
+                    py,
+                    Failure::Invalid(format!(
+                        "timeout {seconds}: must be a positive number of seconds"
+                    )),
+                )
+            })?),
+        };
+        let execution = self.with(py, move |engine| {
+            let request = ExecRequest {
+                runtime: Runtime::parse(runtime),
+                code: code.to_vec(),
+                limits: LimitOverrides {
+                    fuel,
+                    timeout,
+                    memory_bytes: memory,
+                    ..LimitOverrides::default()
+                },
+            };
+            Ok(engine.execute(self::session_id(session_id)?, &request)?)
+        })?;
+        let dict = PyDict::new(py);
+        dict.set_item("outcome", execution.outcome.as_str())?;
+        dict.set_item("exit_code", execution.exit_code)?;
+        dict.set_item("stdout", PyBytes::new(py, &execution.stdout))?;
+        dict.set_item("stderr", PyBytes::new(py, &execution.stderr))?;
+        dict.set_item("stdout_truncated", execution.stdout_truncated)?;
+        dict.set_item("stderr_truncated", execution.stderr_truncated)?;
+        dict.set_item(
+            "files_written",
+            execution
+                .files_written
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+        )?;
+        dict.set_item(
+            "files_deleted",
+            execution
+                .files_deleted
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+        )?;
+        dict.set_item("duration_ms", execution.duration_ms)?;
+        dict.set_item("fuel_consumed", execution.fuel_consumed)?;
+        dict.set_item("message", execution.message)?;
+        dict.set_item("position", execution.position)?;
+        Ok(dict)
+    }
+
+    fn list_files(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        pattern: Option<&str>,
+    ) -> PyResult<Vec<(String, u64, String, i64)>> {
+        self.with(py, |engine| {
+            let files = engine.list_files(self::session_id(session_id)?, pattern)?;
+            Ok(files.iter().map(file_tuple).collect())
+        })
+    }
+
+    fn read_file<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        path: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |engine| {
+            Ok(engine.read_file(self::session_id(session_id)?, &workspace_path(path)?)?)
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    fn write_file(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        path: &str,
+        data: &[u8],
+        overwrite: bool,
+    ) -> PyResult<(String, u64, String, i64)> {
+        self.with(py, |engine| {
+            let file = engine.write_file(
+                self::session_id(session_id)?,
+                &workspace_path(path)?,
+                data,
+                overwrite,
+            )?;
+            Ok(file_tuple(&file))
+        })
+    }
+
+    fn delete_path(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> PyResult<Vec<String>> {
+        self.with(py, |engine| {
+            let removed = engine.delete_file(
+                self::session_id(session_id)?,
+                &workspace_path(path)?,
+                recursive,
+            )?;
+            Ok(removed.iter().map(ToString::to_string).collect())
+        })
+    }
+
+    fn delete_session(&self, py: Python<'_>, session_id: &str) -> PyResult<u64> {
+        self.with(py, |engine| {
+            let report = engine.delete_session(self::session_id(session_id)?, "python api")?;
+            Ok(report.reclaimed_bytes)
+        })
+    }
+
+    /// `older_than_us` of `None` selects by the `max_*` bounds only.
+    #[allow(clippy::too_many_arguments)]
+    fn prune(
+        &self,
+        py: Python<'_>,
+        older_than_us: Option<u64>,
+        dry_run: bool,
+        max_sessions: Option<u64>,
+        max_bytes: Option<u64>,
+        max_deletions: Option<u64>,
+    ) -> PyResult<String> {
+        if older_than_us.is_none() && max_sessions.is_none() && max_bytes.is_none() {
+            return Err(to_pyerr(
+                py,
+                Failure::Invalid(
+                    "prune needs older_than, max_sessions or max_bytes (say which sessions to delete)"
+                        .to_owned(),
+                ),
+            ));
+        }
+        self.with(py, move |engine| {
+            let policy = PrunePolicy {
+                older_than: older_than_us.map_or(Duration::MAX, Duration::from_micros),
+                max_deletions,
+                max_sessions,
+                max_total_bytes: max_bytes,
+            };
+            json(&engine.prune(&policy, dry_run, &|_, _| {})?)
+        })
+    }
+
+    /// One page of the log as JSON texts, and the position to ask from next
+    /// (`None` at the end).
+    fn log_page(
+        &self,
+        py: Python<'_>,
+        session_id: Option<&str>,
+        since_us: Option<i64>,
+        from_position: u64,
+        limit: usize,
+    ) -> PyResult<(Vec<String>, Option<u64>)> {
+        self.with(py, move |engine| {
+            let limit = limit.clamp(1, LOG_PAGE_EVENTS_MAX);
+            let filter = LogFilter {
+                stream: session_id.map(self::session_id).transpose()?.map(StreamId::Session),
+                since: since_us.map(Timestamp::from_unix_micros),
+                from: Some(Position(from_position.max(1))),
+                limit: Some(limit as u64),
+                ..LogFilter::default()
+            };
+            let mut page = Vec::new();
+            let mut last = None;
+            for envelope in engine.store().query(filter) {
+                let envelope = envelope.map_err(RuntimeError::from)?;
+                last = Some(envelope.position.0);
+                page.push(json(&envelope)?);
+            }
+            let next = if page.len() < limit {
+                None
+            } else {
+                last.map(|position| position.saturating_add(1))
+            };
+            Ok((page, next))
+        })
+    }
+
+    fn verify(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |engine| json(&engine.verify(None, &|_| {})?))
+    }
+
+    fn reconcile(&self, py: Python<'_>, dry_run: bool) -> PyResult<String> {
+        self.with(py, move |engine| {
+            let options = ReconcileOptions {
+                dry_run,
+                ..ReconcileOptions::default()
+            };
+            json(&engine.reconcile(&options, &|_, _| {})?)
+        })
+    }
+
+    fn adopt(&self, py: Python<'_>, source: PathBuf) -> PyResult<String> {
+        self.with(py, move |engine| json(&engine.adopt(&source, &|_, _| {})?))
+    }
+}
+
+/// The native module.
+#[pymodule]
+fn _sandlog(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyEngine>()?;
+    module.add("LOG_PAGE_EVENTS_MAX", LOG_PAGE_EVENTS_MAX)?;
+    Ok(())
+}
