@@ -1,0 +1,482 @@
+"""The Engine API against a real root and the real python.wasm guest."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+import sandlog
+from conftest import hours_ago, seed_workspace
+
+UNKNOWN = "00000000-0000-4000-8000-000000000000"
+
+
+# Opening and closing
+
+
+def test_init_creates_a_root_and_open_reopens_it(root: Path) -> None:
+    with sandlog.Engine.init(root) as engine:
+        sid = engine.create_session()
+        assert Path(engine.root) == root.resolve()
+    assert (root / "sandlog.db").is_file()
+    with sandlog.Engine.open(root) as engine:
+        assert engine.session(sid).status == "active"
+
+
+def test_open_without_a_root_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(sandlog.NotFound) as raised:
+        sandlog.Engine.open(tmp_path / "missing")
+    assert raised.value.kind == "root_missing"
+    # An existing directory that holds no root: opening creates nothing.
+    with pytest.raises(sandlog.NotFound):
+        sandlog.Engine.open(tmp_path)
+    assert not (tmp_path / "sandlog.db").exists()
+
+
+def test_open_accepts_only_the_embedded_store(root: Path) -> None:
+    sandlog.Engine.init(root).close()
+    with pytest.raises(sandlog.InvalidInput, match="only the embedded SQLite store is supported yet"):
+        sandlog.Engine.open(root, store="postgres://db")
+    with sandlog.Engine.open(root, store=None):
+        pass
+
+
+def test_a_closed_engine_refuses_calls(root: Path) -> None:
+    engine = sandlog.Engine.init(root)
+    with engine:
+        assert not engine.closed
+    assert engine.closed
+    with pytest.raises(sandlog.Error, match="closed"):
+        engine.create_session()
+    assert "closed" in repr(engine)
+
+
+def test_engine_cannot_be_built_directly() -> None:
+    with pytest.raises(TypeError):
+        sandlog.Engine("root")  # type: ignore[arg-type]
+
+
+# Sessions
+
+
+def test_create_session_and_its_fields(engine: sandlog.Engine) -> None:
+    before = datetime.now(timezone.utc)
+    sid = engine.create_session({"user": "ada", "task": "t-1"})
+    assert str(uuid.UUID(sid)) == sid
+    session = engine.session(sid)
+    assert isinstance(session, sandlog.Session)
+    assert session.session_id == sid
+    assert session.status == "active"
+    assert session.created_at is not None and session.updated_at is not None
+    assert session.created_at.tzinfo is not None
+    assert session.created_at.utcoffset() == timedelta(0)
+    assert before - timedelta(seconds=1) <= session.created_at <= datetime.now(timezone.utc)
+    assert session.exec_count == 0
+    assert session.bytes == 0
+    assert session.labels == {"user": "ada", "task": "t-1"}
+    assert sid in [listed.session_id for listed in engine.sessions()]
+    with pytest.raises(Exception):
+        session.status = "x"  # type: ignore[misc]  # frozen
+
+
+def test_labels_are_checked(engine: sandlog.Engine) -> None:
+    with pytest.raises(TypeError):
+        engine.create_session(["not", "a", "mapping"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        engine.create_session({"key": 1})  # type: ignore[dict-item]
+    with pytest.raises(sandlog.InvalidInput):
+        engine.create_session({"": "empty key"})
+
+
+def test_delete_session(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"12345")
+    reclaimed = engine.delete_session(sid)
+    assert reclaimed == 5
+    assert engine.session(sid).status == "deleted"
+    assert not (Path(engine.root) / "workspaces" / sid).exists()
+    with pytest.raises(sandlog.Conflict) as raised:
+        engine.write_file(sid, "b.txt", b"")
+    assert raised.value.kind == "session_not_active"
+
+
+# Executions
+
+
+def test_execute_runs_python_and_records_files(engine: sandlog.Engine, sid: str) -> None:
+    result = engine.execute(sid, "print(6 * 7)\nopen('/app/out.txt', 'w').write('hi')")
+    assert isinstance(result, sandlog.Execution)
+    assert result.outcome == "ok" and result.ok
+    assert result.exit_code == 0
+    assert result.stdout == "42\n"
+    assert result.stderr == ""
+    assert result.files_written == ["out.txt"]
+    assert result.files_deleted == []
+    assert result.fuel_consumed > 0
+    assert result.duration_ms >= 0
+    session = engine.session(sid)
+    assert session.exec_count == 1
+    assert session.bytes == 2
+    assert engine.read_file(sid, "out.txt") == b"hi"
+    deleted = engine.execute(sid, "import os; os.remove('/app/out.txt')")
+    assert deleted.files_deleted == ["out.txt"]
+
+
+def test_a_guest_failure_is_a_result(engine: sandlog.Engine, sid: str) -> None:
+    result = engine.execute(sid, "raise SystemExit(3)")
+    assert result.outcome == "error"
+    assert result.exit_code == 3
+    result = engine.execute(sid, "1/0")
+    assert result.outcome == "error"
+    assert "ZeroDivisionError" in result.stderr
+
+
+def test_output_is_decoded_lossily(engine: sandlog.Engine, sid: str) -> None:
+    result = engine.execute(sid, "import sys; sys.stdout.buffer.write(b'ok \\xff\\n')")
+    assert result.stdout_bytes == b"ok \xff\n"
+    assert result.stdout == "ok \ufffd\n"
+
+
+def test_timeout_is_an_outcome(engine: sandlog.Engine, sid: str) -> None:
+    result = engine.execute(sid, "while True: pass", timeout=0.5)
+    assert result.outcome == "timeout"
+    assert result.exit_code is None
+    assert engine.session(sid).last_outcome == "timeout"
+
+
+def test_fuel_and_memory_limits(engine: sandlog.Engine, sid: str) -> None:
+    assert engine.execute(sid, "while True: pass", fuel=10_000_000).outcome == "out_of_fuel"
+    result = engine.execute(sid, "x = bytearray(200 * 1024 * 1024)", memory=64 * 1024 * 1024)
+    assert result.outcome in ("memory", "error"), result
+    assert result.outcome != "ok"
+
+
+def test_limit_arguments_are_checked(engine: sandlog.Engine, sid: str) -> None:
+    for bad in (-1, 0, float("nan"), float("inf")):
+        with pytest.raises(sandlog.InvalidInput):
+            engine.execute(sid, "pass", timeout=bad)
+    with pytest.raises(sandlog.InvalidInput):
+        engine.execute(sid, "pass", fuel=-5)
+    with pytest.raises(sandlog.InvalidInput):
+        engine.execute(sid, "pass", memory=2**64)
+    with pytest.raises(TypeError):
+        engine.execute(sid, "pass", fuel="many")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        engine.execute(sid, b"print(1)")  # type: ignore[arg-type]
+    assert engine.execute(sid, "pass", timeout=timedelta(seconds=5)).ok
+
+
+def test_javascript_runtime(engine: sandlog.Engine, sid: str) -> None:
+    result = engine.execute(sid, "console.log(6 * 7)", runtime="javascript")
+    assert result.outcome == "ok", result
+    assert result.stdout.strip() == "42"
+
+
+def test_missing_runtime_module_is_not_found(engine: sandlog.Engine, sid: str, tmp_path: Path) -> None:
+    with pytest.raises(sandlog.NotFound):
+        engine.execute(sid, "", runtime=str(tmp_path / "nothing.wasm"))
+
+
+def test_threads_run_executions_in_parallel_sessions(engine: sandlog.Engine) -> None:
+    sessions = [engine.create_session() for _ in range(4)]
+    results: dict = {}
+    errors: list = []
+
+    def work(index: int, session_id: str) -> None:
+        try:
+            for round_ in range(3):
+                code = f"open('/app/r{round_}.txt', 'w').write('{index}')\nprint({index} * 10 + {round_})"
+                results[(index, round_)] = engine.execute(session_id, code)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(index, sid)) for index, sid in enumerate(sessions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for index, session_id in enumerate(sessions):
+        for round_ in range(3):
+            result = results[(index, round_)]
+            assert result.outcome == "ok"
+            assert result.stdout == f"{index * 10 + round_}\n"
+        assert engine.session(session_id).exec_count == 3
+        assert sorted(engine.list_files(session_id), key=lambda f: f.path)[0].path == "r0.txt"
+        assert engine.read_file(session_id, "r2.txt") == str(index).encode()
+    assert engine.verify().ok
+
+
+def test_the_gil_is_released_during_an_execution(engine: sandlog.Engine, sid: str) -> None:
+    # While one thread runs a one-second guest, this thread keeps running
+    # Python: the longest pause it sees is far below the guest's run.
+    done = threading.Event()
+    started = threading.Event()
+    outcome: list = []
+
+    def run() -> None:
+        started.set()
+        outcome.append(engine.execute(sid, "while True: pass", timeout=1.0).outcome)
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    started.wait()
+    longest = 0.0
+    last = time.monotonic()
+    while not done.is_set():
+        now = time.monotonic()
+        longest = max(longest, now - last)
+        last = now
+    thread.join()
+    assert outcome == ["timeout"]
+    assert longest < 0.5, f"the main thread was blocked for {longest:.2f}s"
+
+
+# Files
+
+
+def test_write_read_list_files(engine: sandlog.Engine, sid: str) -> None:
+    info = engine.write_file(sid, "src/main.py", b"print('x')\n")
+    assert isinstance(info, sandlog.FileInfo)
+    assert info.path == "src/main.py" and info.size == 11 and len(info.blake3) == 64
+    assert info.updated_at.tzinfo is not None
+    engine.write_file(sid, "data/a.csv", bytearray(b"1,2\n"))
+    engine.write_file(sid, "data/b.csv", memoryview(b"3,4\n"))
+    assert engine.read_file(sid, "src/main.py") == b"print('x')\n"
+    assert sorted(f.path for f in engine.list_files(sid)) == ["data/a.csv", "data/b.csv", "src/main.py"]
+    assert sorted(f.path for f in engine.list_files(sid, "data/*.csv")) == ["data/a.csv", "data/b.csv"]
+    assert engine.list_files(sid, "*.nothing") == []
+    # The guest sees host writes.
+    assert engine.execute(sid, "print(open('/app/data/a.csv').read(), end='')").stdout == "1,2\n"
+
+
+def test_write_without_overwrite_is_a_conflict(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"one")
+    with pytest.raises(sandlog.Conflict) as raised:
+        engine.write_file(sid, "a.txt", b"two")
+    assert raised.value.kind == "file_exists"
+    engine.write_file(sid, "a.txt", b"two", overwrite=True)
+    assert engine.read_file(sid, "a.txt") == b"two"
+    with pytest.raises(TypeError):
+        engine.write_file(sid, "a.txt", "text", overwrite=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        engine.write_file(sid, "a.txt", b"x", overwrite=1)  # type: ignore[arg-type]
+
+
+def test_delete_path(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"a")
+    engine.write_file(sid, "dir/b.txt", b"b")
+    engine.write_file(sid, "dir/sub/c.txt", b"c")
+    assert engine.delete_path(sid, "a.txt") == ["a.txt"]
+    with pytest.raises(sandlog.InvalidInput) as raised:
+        engine.delete_path(sid, "dir")
+    assert raised.value.kind == "is_directory"
+    assert sorted(engine.delete_path(sid, "dir", recursive=True)) == ["dir/b.txt", "dir/sub/c.txt"]
+    assert engine.list_files(sid) == []
+    with pytest.raises(sandlog.NotFound):
+        engine.delete_path(sid, "a.txt")
+
+
+def test_missing_file_is_not_found(engine: sandlog.Engine, sid: str) -> None:
+    with pytest.raises(sandlog.NotFound) as raised:
+        engine.read_file(sid, "nope.txt")
+    assert raised.value.kind == "not_found"
+
+
+def test_quota_is_limit_exceeded(engine: sandlog.Engine, sid: str) -> None:
+    with pytest.raises(sandlog.LimitExceeded):
+        engine.write_file(sid, "big.bin", bytes(101 * 1024 * 1024))
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "a/../../escape.txt", "/etc/passwd", "", "a/\0b"])
+def test_an_escaping_path_is_invalid_input(engine: sandlog.Engine, sid: str, path: str) -> None:
+    calls = [
+        lambda: engine.read_file(sid, path),
+        lambda: engine.write_file(sid, path, b"x"),
+        lambda: engine.delete_path(sid, path, recursive=True),
+    ]
+    for call in calls:
+        with pytest.raises(sandlog.InvalidInput):
+            call()
+        with pytest.raises(ValueError):
+            call()
+    assert not (Path(engine.root) / "workspaces" / "escape.txt").exists()
+
+
+def test_a_symlink_out_of_the_workspace_is_refused(engine: sandlog.Engine, sid: str, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    os.symlink(tmp_path, Path(engine.root) / "workspaces" / sid / "link")
+    with pytest.raises(sandlog.InvalidInput) as raised:
+        engine.read_file(sid, "link/secret.txt")
+    assert raised.value.kind == "path_escapes"
+    with pytest.raises(ValueError):
+        engine.write_file(sid, "link/new.txt", b"x")
+    assert not (tmp_path / "new.txt").exists()
+
+
+def test_unknown_session_is_not_found_everywhere(engine: sandlog.Engine) -> None:
+    calls = [
+        lambda: engine.session(UNKNOWN),
+        lambda: engine.execute(UNKNOWN, "print(1)"),
+        lambda: engine.list_files(UNKNOWN),
+        lambda: engine.read_file(UNKNOWN, "a.txt"),
+        lambda: engine.write_file(UNKNOWN, "a.txt", b"x"),
+        lambda: engine.delete_path(UNKNOWN, "a.txt"),
+        lambda: engine.delete_session(UNKNOWN),
+        lambda: engine.log(session_id=UNKNOWN),
+    ]
+    for call in calls:
+        with pytest.raises(sandlog.NotFound):
+            call()
+
+
+def test_malformed_session_id_is_invalid_input(engine: sandlog.Engine) -> None:
+    for bad in ("not-a-uuid", "", "../../etc", "\ud800"):
+        with pytest.raises(sandlog.InvalidInput):
+            engine.session(bad)
+        with pytest.raises(ValueError):
+            engine.read_file(bad, "a.txt")
+
+
+# Prune
+
+
+def test_prune_dry_run_equals_the_real_run(engine: sandlog.Engine, tmp_path: Path) -> None:
+    seeds = tmp_path / "seed"
+    old = [seed_workspace(seeds, hours_ago(48 + index)) for index in range(3)]
+    recent = seed_workspace(seeds, hours_ago(1))
+    legacy = seed_workspace(seeds, None)
+    adopted = engine.adopt(seeds)
+    assert sorted(adopted.adopted) == sorted(old + [recent])
+    assert adopted.legacy == [legacy]
+    fresh = engine.create_session()
+
+    dry = engine.prune(older_than=timedelta(hours=24), dry_run=True)
+    assert dry.dry_run
+    assert sorted(dry.deleted_sessions) == sorted(old)
+    for session_id in old:
+        assert engine.session(session_id).status == "active"  # nothing changed
+
+    real = engine.prune(older_than=timedelta(hours=24))
+    assert not real.dry_run
+    assert sorted(real.deleted_sessions) == sorted(dry.deleted_sessions)
+    assert real.skipped_sessions == dry.skipped_sessions == [legacy]
+    assert real.reclaimed_bytes == dry.reclaimed_bytes > 0
+    assert real.errors == dry.errors == {}
+    assert "without valid metadata" in real.skipped_reasons[legacy]
+    for session_id in old:
+        assert engine.session(session_id).status == "pruned"
+    for session_id in (recent, legacy, fresh):
+        assert engine.session(session_id).status == "active"
+    assert "3 deleted" in str(real)
+
+
+def test_prune_by_count_and_bounds(engine: sandlog.Engine) -> None:
+    sessions = [engine.create_session() for _ in range(4)]
+    result = engine.prune(max_sessions=2, dry_run=True)
+    assert sorted(result.deleted_sessions) == sorted(sessions[:2])
+    result = engine.prune(older_than=timedelta(0), max_deletions=1)
+    assert result.deleted_sessions == [sessions[0]]
+    with pytest.raises(sandlog.InvalidInput):
+        engine.prune()
+    with pytest.raises(sandlog.InvalidInput):
+        engine.prune(older_than=timedelta(hours=-1))
+    with pytest.raises(TypeError):
+        engine.prune(older_than=24)  # type: ignore[arg-type]
+
+
+# The log
+
+
+def test_log_streams_events_in_order(engine: sandlog.Engine, sid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = engine.create_session()
+    for index in range(5):
+        engine.write_file(sid, f"f{index}.txt", b"x")
+    engine.write_file(other, "o.txt", b"y")
+    events = list(engine.log())
+    positions = [event["position"] for event in events]
+    assert positions == list(range(1, len(events) + 1))
+    assert events[0]["kind"]  # the genesis event
+    kinds = [event["kind"] for event in engine.log(session_id=sid)]
+    assert kinds == ["session.created"] + ["file.written"] * 5
+    assert all(event["stream"] == f"session/{sid}" for event in engine.log(session_id=sid))
+    written = [e for e in engine.log(session_id=sid) if e["kind"] == "file.written"]
+    assert written[0]["payload"]["path"] == "f0.txt"
+    tail = list(engine.log(from_position=positions[-2]))
+    assert [event["position"] for event in tail] == positions[-2:]
+    assert list(engine.log(since=datetime.now(timezone.utc) + timedelta(hours=1))) == []
+    assert len(list(engine.log(since=datetime(2000, 1, 1, tzinfo=timezone.utc)))) == len(events)
+    with pytest.raises(sandlog.InvalidInput):
+        engine.log(since=datetime(2000, 1, 1))  # naive
+    # Paging: with small pages the same events come out.
+    monkeypatch.setattr(sandlog._sandlog, "LOG_PAGE_EVENTS_MAX", 2)
+    assert [event["position"] for event in engine.log()] == positions
+    # Events appended while iterating are seen.
+    iterator = engine.log(session_id=other)
+    assert next(iterator)["kind"] == "session.created"
+    engine.write_file(other, "late.txt", b"z")
+    assert [event["payload"]["path"] for event in iterator] == ["o.txt", "late.txt"]
+
+
+# Verify and reconcile
+
+
+def test_verify(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"a")
+    result = engine.verify()
+    assert isinstance(result, sandlog.VerifyResult)
+    assert result.ok and result.read_model_mismatches == []
+    assert result.events == result.position == len(list(engine.log()))
+    assert len(result.head) == 64
+
+
+def test_verify_detects_a_changed_event(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"a")
+    database = sqlite3.connect(Path(engine.root) / "sandlog.db")
+    with database:
+        database.execute("DROP TRIGGER events_are_append_only_update")
+        database.execute("UPDATE events SET actor = 'mallory' WHERE position = 2")
+    database.close()
+    with pytest.raises(sandlog.IntegrityError) as raised:
+        engine.verify()
+    assert raised.value.kind == "integrity"
+
+
+def test_reconcile_quarantines_an_orphan(engine: sandlog.Engine) -> None:
+    orphan = Path(engine.root) / "workspaces" / str(uuid.uuid4())
+    orphan.mkdir()
+    (orphan / "left.txt").write_text("left behind")
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    dry = engine.reconcile(dry_run=True)
+    assert dry.dry_run and dry.orphans == [orphan.name]
+    assert orphan.exists()
+    done = engine.reconcile()
+    assert done.orphans == [orphan.name] and done.errors == {}
+    assert not orphan.exists()
+    assert engine.reconcile(dry_run=True).orphans == []
+
+
+def test_adopt_keeps_seed_timestamps(engine: sandlog.Engine, tmp_path: Path) -> None:
+    seeds = tmp_path / "seed"
+    updated = hours_ago(30)
+    session_id = seed_workspace(seeds, updated, files={"notes.md": b"# notes"})
+    corrupted = seed_workspace(seeds, None, metadata="{not json")
+    result = engine.adopt(seeds)
+    assert result.adopted == [session_id]
+    assert result.corrupted == [corrupted]
+    session = engine.session(session_id)
+    assert session.updated_at is not None
+    assert abs(session.updated_at - updated) < timedelta(seconds=1)
+    assert engine.read_file(session_id, "notes.md") == b"# notes"
+    assert [f.path for f in engine.list_files(session_id)] == ["notes.md"]
+    legacy = engine.session(corrupted)
+    assert legacy.legacy and legacy.updated_at is None
