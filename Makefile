@@ -2,14 +2,28 @@
 # runtimes, verified by sha256) before building.
 #
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
-#   make test   the full test suite (what CI runs)
+#   make test   the full test suite (what CI runs), the Python package's too
+#   make python-test   build the Python package into target/venv, run its tests
 
 RUNTIMES_DIR ?= $(CURDIR)/.runtimes
 export SANDLOG_RUNTIMES_DIR := $(RUNTIMES_DIR)
 # Tests share one precompiled-module cache so python.wasm is compiled once.
 export SANDLOG_TEST_CACHE_DIR ?= $(CURDIR)/target/sandlog-test-cache
 
-.PHONY: demo test runtimes lint bench
+# The Python package is built by maturin into a virtual environment under
+# target/, with cargo's target directory shared with the workspace (dev
+# profile), so CI compiles the engine once for both.
+VENV := $(CURDIR)/target/venv
+MATURIN_VERSION := 1.16.0
+PYTEST_VERSION := 9.2.0
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# What maturin sets for cargo. pyo3's build script reruns when any of these
+# change, so the workspace's cargo commands below run with the same values:
+# otherwise each `make test` would compile pyo3 twice.
+PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
+PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
+
+.PHONY: demo test runtimes lint bench python-test python-bench
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -17,12 +31,28 @@ runtimes:
 demo: runtimes
 	cargo run --quiet -p sandlog-cli -- --root ./sandlog-data demo
 
-test: runtimes
-	cargo test --workspace --no-fail-fast
+test: runtimes python-test
+	$(PYO3_ENV) cargo test --workspace --no-fail-fast
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+$(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		"maturin==$(MATURIN_VERSION)" "pytest==$(PYTEST_VERSION)"
+	touch $@
+
+python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --quiet
+	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
+
+python-bench: python-test
+	cargo build --release -p sandlog-cli
+	$(VENV)/bin/python python/bench.py
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	$(PYO3_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
 bench: runtimes
 	cargo build --release -p sandlog-cli

@@ -256,7 +256,9 @@ impl PyEngine {
     }
 
     fn session<'py>(&self, py: Python<'py>, session_id: &str) -> PyResult<Bound<'py, PyDict>> {
-        let summary = self.with(py, |engine| Ok(engine.session(self::session_id(session_id)?)?))?;
+        let summary = self.with(py, |engine| {
+            Ok(engine.session(self::session_id(session_id)?)?)
+        })?;
         session_dict(py, &summary)
     }
 
@@ -445,7 +447,10 @@ impl PyEngine {
         self.with(py, move |engine| {
             let limit = limit.clamp(1, LOG_PAGE_EVENTS_MAX);
             let filter = LogFilter {
-                stream: session_id.map(self::session_id).transpose()?.map(StreamId::Session),
+                stream: session_id
+                    .map(self::session_id)
+                    .transpose()?
+                    .map(StreamId::Session),
                 since: since_us.map(Timestamp::from_unix_micros),
                 from: Some(Position(from_position.max(1))),
                 limit: Some(limit as u64),
