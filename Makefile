@@ -46,8 +46,11 @@ python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --quiet
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
-python-bench: python-test
+# Release build of the package (the dev build of python-test replaces it
+# at the next `make test`).
+python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cargo build --release -p sandlog-cli
+	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
 	$(VENV)/bin/python python/bench.py
 
 lint:
