@@ -505,6 +505,8 @@ class Engine:
             if older_than < timedelta(0):
                 raise InvalidInput(f"older_than {older_than}: must not be negative")
             older_us = (older_than.days * 86400 + older_than.seconds) * 1_000_000 + older_than.microseconds
+            # Past 2**64 µs (584,000 years) every age is younger anyway.
+            older_us = min(older_us, _U64_MAX)
         raw = json.loads(
             self._native.prune(
                 older_us,

@@ -4,6 +4,7 @@ values of every type, passed to every function, give a result, a
 
 from __future__ import annotations
 
+import os
 import random
 import string
 from datetime import datetime, timedelta, timezone
@@ -15,8 +16,8 @@ import pytest
 import sandlog
 from sandlog import compat
 
-SEED = 20261123
-ROUNDS = 40
+SEED = int(os.environ.get("SANDLOG_FUZZ_SEED", "20261123"))
+ROUNDS = int(os.environ.get("SANDLOG_FUZZ_ROUNDS", "40"))
 
 
 def random_text(rng: random.Random) -> str:
@@ -50,6 +51,9 @@ def random_value(rng: random.Random, valid: List[Any]) -> Any:
         lambda: object(),
         lambda: timedelta(hours=rng.uniform(-100, 100)),
         lambda: datetime(2000, 1, 1),
+        lambda: rng.choice([timedelta.max, timedelta.min, timedelta(0)]),
+        lambda: rng.choice([datetime.max.replace(tzinfo=timezone.utc), datetime.min.replace(tzinfo=timezone.utc)]),
+        lambda: rng.choice([sandlog, compat, Path("fuzz-path"), b"\xff" * 10]),
         lambda: datetime.now(timezone.utc),
         lambda: rng.choice(valid),
     ]
