@@ -53,7 +53,7 @@ python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
 	$(VENV)/bin/python python/bench.py
 
-lint:
+lint: $(VENV)/bin/python
 	cargo fmt --all -- --check
 	$(PYO3_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
