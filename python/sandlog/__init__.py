@@ -139,6 +139,23 @@ def _bytes(name: str, value: object) -> bytes:
     raise TypeError(f"{name} must be bytes (or bytearray, memoryview), not {type(value).__name__}")
 
 
+def _micros(name: str, value: object) -> int:
+    """An aware datetime as microseconds since the epoch (clamped to i64)."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{name} must be an aware datetime (with a tzinfo, e.g. timezone.utc)")
+    delta = value - _EPOCH
+    micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return max(-_I64_MAX, min(_I64_MAX, micros))
+
+
+def _cut(position: object, at: object) -> Tuple[Optional[int], Optional[int]]:
+    if position is not None and at is not None:
+        raise InvalidInput("give position or at, not both")
+    return _count("position", position), None if at is None else _micros("at", at)
+
+
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -167,6 +184,8 @@ class Session:
     """Labels given at creation."""
     last_outcome: Optional[str] = None
     """The last execution's outcome."""
+    held: Optional[str] = None
+    """The reason of a legal hold in force (never pruned, deleted or erased while held)."""
 
     @classmethod
     def _from_native(cls, raw: Dict[str, Any]) -> "Session":
@@ -181,6 +200,7 @@ class Session:
             legacy=raw["legacy"],
             labels=dict(raw["labels"]),
             last_outcome=raw["last_outcome"],
+            held=raw["held"],
         )
 
 
@@ -258,9 +278,7 @@ class FileInfo:
     @classmethod
     def _from_native(cls, raw: Tuple[str, int, str, int]) -> "FileInfo":
         path, size, blake3, updated_us = raw
-        updated = _from_micros(updated_us)
-        assert updated is not None
-        return cls(path=path, size=size, blake3=blake3, updated_at=updated)
+        return cls(path=path, size=size, blake3=blake3, updated_at=_from_micros(updated_us) or _EPOCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -542,15 +560,7 @@ class Engine:
         ``since`` (an aware datetime) keeps events recorded at or after it;
         ``from_position`` starts at that log position."""
         sid = _optional_text("session_id", session_id)
-        since_us: Optional[int] = None
-        if since is not None:
-            if not isinstance(since, datetime):
-                raise TypeError(f"since must be a datetime, not {type(since).__name__}")
-            if since.tzinfo is None or since.utcoffset() is None:
-                raise InvalidInput("since must be an aware datetime (with a tzinfo, e.g. timezone.utc)")
-            delta = since - _EPOCH
-            since_us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-            since_us = max(-_I64_MAX, min(_I64_MAX, since_us))
+        since_us = None if since is None else _micros("since", since)
         start = _count("from_position", from_position) or 1
         native = self._native
         page_size = int(_sandlog.LOG_PAGE_EVENTS_MAX)
@@ -593,6 +603,52 @@ class Engine:
             dry_run=raw["dry_run"],
             raw=raw,
         )
+
+    # History and evidence
+
+    def hold(self, session_id: str, reason: str) -> None:
+        """Puts the session under a legal hold: it cannot be pruned,
+        deleted or erased until :meth:`release`."""
+        self._native.hold(_text("session_id", session_id), _text("reason", reason))
+
+    def release(self, session_id: str, reason: Optional[str] = None) -> None:
+        """Lifts the session's legal hold."""
+        self._native.release(_text("session_id", session_id), _optional_text("reason", reason))
+
+    def fork(
+        self,
+        session_id: str,
+        *,
+        position: Optional[int] = None,
+        at: Optional[datetime] = None,
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> Dict[str, Any]:
+        """Makes a new session whose workspace is this one's as it was at
+        log ``position`` or instant ``at`` (now if neither); returns the
+        report (``session_id`` of the new session, ``at``, ``files``,
+        ``missing``)."""
+        cut_position, at_us = _cut(position, at)
+        return json.loads(
+            self._native.fork(_text("session_id", session_id), cut_position, at_us, _labels(labels))
+        )
+
+    def read_file_at(
+        self, session_id: str, path: str, *, position: Optional[int] = None, at: Optional[datetime] = None
+    ) -> bytes:
+        """A file as it was at log ``position`` or instant ``at`` (now if
+        neither). :class:`Error` with ``kind`` ``not_kept`` or ``erased``
+        when its bytes are not available."""
+        cut_position, at_us = _cut(position, at)
+        return self._native.read_file_at(_text("session_id", session_id), _text("path", path), cut_position, at_us)
+
+    def executions(self, session_id: str, *, excerpt: int = 4096) -> List[Dict[str, Any]]:
+        """Every execution of the session, in order, as the log and the
+        evidence record it (code, stdout and stderr with excerpts of at
+        most ``excerpt`` bytes, files, limits, outcome)."""
+        size = _count("excerpt", excerpt)
+        if size is None:
+            raise TypeError("excerpt must be an int, not None")
+        return json.loads(self._native.execution_records(_text("session_id", session_id), min(size, 2**32)))
 
     def adopt(self, source: PathLike) -> AdoptResult:
         """Adopts the seed system's workspaces: every UUID-named directory

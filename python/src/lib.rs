@@ -19,6 +19,7 @@ use sandlog_runtime::applier::ReconcileOptions;
 use sandlog_runtime::core::policy::PrunePolicy;
 use sandlog_runtime::core::{CoreError, Position, SessionId, StreamId, Timestamp, WorkspacePath};
 use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides, Runtime, RuntimeError};
 
@@ -157,11 +158,22 @@ fn session_dict<'py>(py: Python<'py>, summary: &SessionSummary) -> PyResult<Boun
     dict.set_item("file_count", summary.file_count)?;
     dict.set_item("legacy", summary.legacy)?;
     dict.set_item("labels", summary.labels.clone())?;
+    dict.set_item("held", summary.held.clone())?;
     dict.set_item(
         "last_outcome",
         summary.last_outcome.map(|outcome| outcome.as_str()),
     )?;
     Ok(dict)
+}
+
+/// A point in a session's history: a log position or an instant (the
+/// wrapper passes at most one); neither is now.
+fn cut(engine: &Engine, position: Option<u64>, at_us: Option<i64>) -> Cut {
+    match (position, at_us) {
+        (Some(position), _) => Cut::Position(Position(position)),
+        (None, Some(micros)) => Cut::Time(Timestamp::from_unix_micros(micros)),
+        (None, None) => Cut::Time(engine.clock().now()),
+    }
 }
 
 fn file_tuple(file: &FileView) -> (String, u64, String, i64) {
@@ -483,6 +495,65 @@ impl PyEngine {
                 ..ReconcileOptions::default()
             };
             json(&engine.reconcile(&options, &|_, _| {})?)
+        })
+    }
+
+    fn hold(&self, py: Python<'_>, session_id: &str, reason: &str) -> PyResult<()> {
+        self.with(py, |engine| {
+            Ok(engine.hold(self::session_id(session_id)?, reason)?)
+        })
+    }
+
+    fn release(&self, py: Python<'_>, session_id: &str, reason: Option<&str>) -> PyResult<()> {
+        self.with(py, |engine| {
+            Ok(engine.release(self::session_id(session_id)?, reason)?)
+        })
+    }
+
+    fn fork(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        position: Option<u64>,
+        at_us: Option<i64>,
+        labels: BTreeMap<String, String>,
+    ) -> PyResult<String> {
+        self.with(py, move |engine| {
+            let cut = cut(engine, position, at_us);
+            json(&engine.fork(self::session_id(session_id)?, cut, labels)?)
+        })
+    }
+
+    fn read_file_at<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        path: &str,
+        position: Option<u64>,
+        at_us: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |engine| {
+            let mut out = Vec::new();
+            let cut = cut(engine, position, at_us);
+            engine.read_file_at(
+                self::session_id(session_id)?,
+                &workspace_path(path)?,
+                cut,
+                &mut out,
+            )?;
+            Ok(out)
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    fn execution_records(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        excerpt: usize,
+    ) -> PyResult<String> {
+        self.with(py, |engine| {
+            json(&engine.execution_records(self::session_id(session_id)?, excerpt)?)
         })
     }
 

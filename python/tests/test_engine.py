@@ -480,3 +480,47 @@ def test_adopt_keeps_seed_timestamps(engine: sandlog.Engine, tmp_path: Path) -> 
     assert [f.path for f in engine.list_files(session_id)] == ["notes.md"]
     legacy = engine.session(corrupted)
     assert legacy.legacy and legacy.updated_at is None
+
+
+# History and evidence
+
+
+def test_hold_blocks_prune_and_delete(engine: sandlog.Engine, sid: str) -> None:
+    engine.hold(sid, "litigation 42")
+    assert engine.session(sid).held == "litigation 42"
+    with pytest.raises(sandlog.Conflict) as raised:
+        engine.delete_session(sid)
+    assert raised.value.kind == "held"
+    result = engine.prune(older_than=timedelta(0))
+    assert sid not in result.deleted_sessions and sid in result.skipped_sessions
+    engine.release(sid, "settled")
+    assert engine.session(sid).held is None
+    assert sid in engine.prune(older_than=timedelta(0)).deleted_sessions
+
+
+def test_files_at_a_point_in_history_and_fork(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "a.txt", b"first")
+    position = list(engine.log(session_id=sid))[-1]["position"]
+    engine.write_file(sid, "a.txt", b"second", overwrite=True)
+    assert engine.read_file_at(sid, "a.txt", position=position) == b"first"
+    assert engine.read_file_at(sid, "a.txt") == b"second"
+    assert engine.read_file_at(sid, "a.txt", at=datetime.now(timezone.utc)) == b"second"
+    with pytest.raises(sandlog.InvalidInput):
+        engine.read_file_at(sid, "a.txt", position=1, at=datetime.now(timezone.utc))
+    with pytest.raises(sandlog.NotFound):
+        engine.read_file_at(sid, "a.txt", position=1)
+    report = engine.fork(sid, position=position, labels={"from": sid})
+    forked = report["session_id"]
+    assert engine.read_file(forked, "a.txt") == b"first"
+    assert engine.session(forked).labels == {"from": sid}
+    assert engine.read_file(sid, "a.txt") == b"second"
+
+
+def test_executions_are_recorded_with_their_evidence(engine: sandlog.Engine, sid: str) -> None:
+    engine.execute(sid, "print('hello')")
+    engine.execute(sid, "raise SystemExit(2)")
+    records = engine.executions(sid)
+    assert len(records) == 2
+    assert [record["outcome"] for record in records] == ["ok", "error"]
+    assert "print('hello')" in str(records[0]["code"])
+    assert "hello" in str(records[0]["stdout"])

@@ -86,11 +86,11 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
         "create_session": lambda: engine.create_session(v()),
         "session": lambda: engine.session(v()),
         "execute": lambda: engine.execute(v(), v(), runtime=v(), timeout=v(), fuel=v(), memory=v()),
-        "execute_code": lambda: engine.execute(sid, random_text(rng), timeout=1.0, fuel=rng.choice([None, 10**6])),
+        "execute_code": lambda: engine.execute(valid[0], random_text(rng), timeout=1.0, fuel=rng.choice([None, 10**6])),
         "list_files": lambda: engine.list_files(v(), v()),
         "read_file": lambda: engine.read_file(v(), v()),
         "write_file": lambda: engine.write_file(v(), v(), v(), overwrite=v()),
-        "write_file_text": lambda: engine.write_file(sid, random_text(rng), v(), overwrite=True),
+        "write_file_text": lambda: engine.write_file(valid[0], random_text(rng), v(), overwrite=True),
         "delete_path": lambda: engine.delete_path(v(), v(), recursive=v()),
         "delete_session": lambda: engine.delete_session(v()),
         "prune": lambda: engine.prune(
@@ -98,6 +98,11 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
         ),
         "prune_real": lambda: engine.prune(older_than=rng.choice([None, timedelta(days=9999)]), max_sessions=v()),
         "log": lambda: engine.log(session_id=v(), since=v(), from_position=v()),
+        "hold": lambda: engine.hold(v(), v()),
+        "release": lambda: engine.release(v(), v()),
+        "fork": lambda: engine.fork(v(), position=v(), at=v(), labels=v()),
+        "read_file_at": lambda: engine.read_file_at(v(), v(), position=v(), at=v()),
+        "executions": lambda: engine.executions(v(), excerpt=v()),
         "verify": lambda: engine.verify(),
         "reconcile": lambda: engine.reconcile(v()),
         "open": lambda: sandlog.Engine.open(safe_root(v()), store=v()),
@@ -121,6 +126,11 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
 
     try:
         for round_ in range(ROUNDS):
+            # Keep an active session with a file among the valid values, so
+            # that calls keep reaching the engine after a delete or prune.
+            if engine.session(valid[0]).status != "active":
+                valid[0] = engine.create_session()
+                engine.write_file(valid[0], "a.txt", b"a")
             for name, call in calls.items():
                 try:
                     check(call)
