@@ -628,9 +628,10 @@ class Engine:
         report (``session_id`` of the new session, ``at``, ``files``,
         ``missing``)."""
         cut_position, at_us = _cut(position, at)
-        return json.loads(
+        report: Dict[str, Any] = json.loads(
             self._native.fork(_text("session_id", session_id), cut_position, at_us, _labels(labels))
         )
+        return report
 
     def read_file_at(
         self, session_id: str, path: str, *, position: Optional[int] = None, at: Optional[datetime] = None
@@ -648,7 +649,10 @@ class Engine:
         size = _count("excerpt", excerpt)
         if size is None:
             raise TypeError("excerpt must be an int, not None")
-        return json.loads(self._native.execution_records(_text("session_id", session_id), min(size, 2**32)))
+        records: List[Dict[str, Any]] = json.loads(
+            self._native.execution_records(_text("session_id", session_id), min(size, 2**32))
+        )
+        return records
 
     def adopt(self, source: PathLike) -> AdoptResult:
         """Adopts the seed system's workspaces: every UUID-named directory
@@ -660,6 +664,6 @@ class Engine:
             adopted=list(raw["adopted"]),
             legacy=list(raw["legacy"]),
             corrupted=list(raw["corrupted"]),
-            skipped=[tuple(item) for item in raw["skipped"]],  # type: ignore[misc]
+            skipped=[(str(name), str(reason)) for name, reason in raw["skipped"]],
             raw=raw,
         )
