@@ -43,7 +43,7 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 	touch $@
 
 python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
-	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --quiet
+	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
 # Release build of the package (the dev build of python-test replaces it
