@@ -148,10 +148,7 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
         // The chain and read models first, quietly; then the checkpoint.
         let outcome = engine.verify(None, &|_| {})?;
         if !outcome.ok {
-            return Err(CliError::Integrity(format!(
-                "the read models differ from the log in {} places",
-                outcome.read_model_mismatches.len()
-            )));
+            return Err(CliError::Integrity(not_ok_message(&outcome)));
         }
         return super::proofs::verify_checkpoint(engine, checkpoint, vkey, output);
     }
@@ -192,6 +189,7 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
             "position": outcome.position,
             "digest_checked": outcome.digest_checked,
             "read_model_mismatches": outcome.read_model_mismatches,
+            "missing_blobs": outcome.missing_blobs,
         }))?;
     } else if outcome.ok {
         output.line(&format!(
@@ -214,14 +212,32 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
                 render::escaped(mismatch)
             ))?;
         }
+        for hash in &outcome.missing_blobs {
+            output.line(&format!("{} {hash}", output.bad("missing blob:")))?;
+        }
     }
     if !outcome.ok {
-        return Err(CliError::Integrity(format!(
-            "the read models differ from the log in {} places (the chain itself is intact)",
-            outcome.read_model_mismatches.len()
-        )));
+        return Err(CliError::Integrity(not_ok_message(&outcome)));
     }
     Ok(0)
+}
+
+/// What a failed verify found, when the chain itself is intact.
+fn not_ok_message(outcome: &sandlog_runtime::VerifyOutcome) -> String {
+    let mut problems = Vec::new();
+    if !outcome.read_model_mismatches.is_empty() {
+        problems.push(format!(
+            "the read models differ from the log in {} places",
+            outcome.read_model_mismatches.len()
+        ));
+    }
+    if !outcome.missing_blobs.is_empty() {
+        problems.push(format!(
+            "{} blobs that events say were stored are missing from the database",
+            outcome.missing_blobs.len()
+        ));
+    }
+    format!("{} (the chain itself is intact)", problems.join("; "))
 }
 
 pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {
