@@ -167,7 +167,7 @@ pub fn config(engine: &Engine, command: ConfigCommand, output: &Output) -> Resul
                         (*key).to_owned(),
                         value
                             .as_deref()
-                            .map_or("(unset)".to_owned(), |value| render::escaped(value)),
+                            .map_or("(unset)".to_owned(), render::escaped),
                         default_of(key),
                         (*meaning).to_owned(),
                     ]);
