@@ -423,6 +423,7 @@ fn evidence_budget_settings() -> TestResult {
         1,
     );
     assert!(message.contains("not kept"), "{message}");
+    // A position past the head is the present, and says so.
     let restored = dir.path().join("restored");
     let report = json_success(sandlog(&root).args([
         "--json",
@@ -430,10 +431,11 @@ fn evidence_budget_settings() -> TestResult {
         "restore",
         &id,
         "--at",
-        &at,
+        "999999",
         "--to",
         restored.to_str().unwrap(),
     ]));
+    assert_eq!(report["position"], head["position"]);
     assert_eq!(report["files"], 0);
     assert_eq!(
         report["missing"],
