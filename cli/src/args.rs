@@ -10,10 +10,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// blake3 hash-chained log; sessions, metadata and prune candidates are
 /// projections of it.
 ///
-/// Exit codes: 0 ok, 1 failure, 2 usage or bad input (a flag, an id, a path
-/// leaving the workspace or naming a directory), 3 not found (a root, a
-/// session, a file), 4 integrity failure, 5 guest failure. With `--json`,
-/// an error is `{"error":{"kind","message"}}` on stderr.
+/// Exit codes: 0 ok, 1 failure (also a refused operation: a held session,
+/// content that was not kept or was erased), 2 usage or bad input (a flag,
+/// an id, a path leaving the workspace or naming a directory, a restore
+/// into a directory that is not empty), 3 not found (a root, a session, a
+/// file, an execution, a point before the session existed), 4 integrity
+/// failure, 5 guest failure. With `--json`, an error is
+/// `{"error":{"kind","message"}}` on stderr. The reference table of every
+/// command is docs/cli.md.
 ///
 /// Output into a pipe whose reader has gone (`| head`) ends the command
 /// quietly with the code it would have had. Human output escapes control
