@@ -67,20 +67,28 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     Ok(0)
 }
 
-fn parse_cut(text: &str) -> Result<Cut, CliError> {
+/// Parses `--at POS|TIME`: an integer is a position; otherwise an RFC 3339
+/// time, or a duration meaning that long ago (`2h`, by the engine's clock).
+pub fn parse_cut(engine: &Engine, text: &str) -> Result<Cut, CliError> {
     if let Ok(position) = text.parse::<u64>() {
         return Ok(Cut::Position(Position(position)));
     }
-    Timestamp::parse(text)
-        .map(Cut::Time)
-        .map_err(|_| CliError::Usage {
-            kind: "invalid_cut",
-            message: format!("--at {text:?}: expected a position (integer) or an RFC 3339 time"),
-        })
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(Cut::Time(time));
+    }
+    if let Ok(ago) = sandlog_runtime::core::human::parse_duration(text) {
+        return Ok(Cut::Time(engine.clock().now().saturating_sub(ago)));
+    }
+    Err(CliError::Usage {
+        kind: "invalid_cut",
+        message: format!(
+            "--at {text:?}: expected a position (integer), an RFC 3339 time, or a duration meaning that long ago (`2h`)"
+        ),
+    })
 }
 
 pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, CliError> {
-    let cut = parse_cut(&args.at)?;
+    let cut = parse_cut(engine, &args.at)?;
     let position = cut
         .position(engine.store())
         .map_err(sandlog_runtime::RuntimeError::from)?;
