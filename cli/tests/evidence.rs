@@ -231,6 +231,10 @@ fn executions_are_kept_and_read_back() -> TestResult {
         FIRST.as_bytes()
     );
     stderr_failure(sandlog(&root).args(["blob", "cat", "nothex"]), 2);
+    // A well-formed hash no blob has is not found (exit 3), said plainly.
+    let unknown = "00".repeat(32);
+    let message = stderr_failure(sandlog(&root).args(["blob", "cat", &unknown]), 3);
+    assert!(message.contains("no blob"), "{message}");
 
     // session fork: a new session with the workspace as it was.
     let fork = json_success(sandlog(&root).args([

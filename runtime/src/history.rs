@@ -329,6 +329,9 @@ impl Engine {
 
     /// Writes a stored blob to `out` (`blob cat`); returns its length.
     pub fn cat_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<u64> {
+        if self.store.blob_state(hash)? == BlobState::Missing {
+            return Err(RuntimeError::BlobNotFound(hash.to_string()));
+        }
         if let Some((_, error)) = self.blob_unavailable(hash, format!("blob {hash}"))? {
             return Err(error);
         }
