@@ -235,52 +235,67 @@ enum Op<'a> {
 fn line_diff<'a>(old: &'a str, new: &'a str) -> Option<Vec<Op<'a>>> {
     let old: Vec<&str> = old.split_inclusive('\n').collect();
     let new: Vec<&str> = new.split_inclusive('\n').collect();
-    let prefix = old
-        .iter()
-        .zip(new.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
-    let suffix = old[prefix..]
+    let prefix = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+    let old_rest = old.get(prefix..).unwrap_or_default();
+    let new_rest = new.get(prefix..).unwrap_or_default();
+    let suffix = old_rest
         .iter()
         .rev()
-        .zip(new[prefix..].iter().rev())
+        .zip(new_rest.iter().rev())
         .take_while(|(a, b)| a == b)
         .count();
-    let a = &old[prefix..old.len() - suffix];
-    let b = &new[prefix..new.len() - suffix];
-    let (n, m) = (a.len(), b.len());
-    let cells = (n + 1).checked_mul(m + 1)?;
+    let a = old_rest.get(..old_rest.len() - suffix).unwrap_or_default();
+    let b = new_rest.get(..new_rest.len() - suffix).unwrap_or_default();
+    let common_end = old_rest.get(old_rest.len() - suffix..).unwrap_or_default();
+    let cells = (a.len() + 1).checked_mul(b.len() + 1)?;
     if cells > REPORT_DIFF_CELLS_MAX {
         return None;
     }
-    // lcs[i * (m + 1) + j]: the LCS length of a[i..] and b[j..].
-    let width = m + 1;
+    // Cell (i, j): the LCS length of a[i..] and b[j..]; out of the table
+    // (the empty suffixes) it is 0.
+    let width = b.len() + 1;
     let mut lcs = vec![0u32; cells];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i * width + j] = if a[i] == b[j] {
-                lcs[(i + 1) * width + j + 1] + 1
+    let at = |lcs: &[u32], i: usize, j: usize| lcs.get(i * width + j).copied().unwrap_or(0);
+    for (i, line_a) in a.iter().enumerate().rev() {
+        for (j, line_b) in b.iter().enumerate().rev() {
+            let value = if line_a == line_b {
+                at(&lcs, i + 1, j + 1) + 1
             } else {
-                lcs[(i + 1) * width + j].max(lcs[i * width + j + 1])
+                at(&lcs, i + 1, j).max(at(&lcs, i, j + 1))
             };
+            if let Some(cell) = lcs.get_mut(i * width + j) {
+                *cell = value;
+            }
         }
     }
-    let mut ops: Vec<Op<'a>> = old[..prefix].iter().map(|line| Op::Same(line)).collect();
+    let mut ops: Vec<Op<'a>> = old
+        .get(..prefix)
+        .unwrap_or_default()
+        .iter()
+        .map(|line| Op::Same(line))
+        .collect();
     let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            ops.push(Op::Same(a[i]));
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1]) {
-            ops.push(Op::Removed(a[i]));
-            i += 1;
-        } else {
-            ops.push(Op::Added(b[j]));
-            j += 1;
+    loop {
+        match (a.get(i), b.get(j)) {
+            (Some(line_a), Some(line_b)) if line_a == line_b => {
+                ops.push(Op::Same(line_a));
+                i += 1;
+                j += 1;
+            }
+            (Some(line_a), line_b)
+                if line_b.is_none() || at(&lcs, i + 1, j) >= at(&lcs, i, j + 1) =>
+            {
+                ops.push(Op::Removed(line_a));
+                i += 1;
+            }
+            (_, Some(line_b)) => {
+                ops.push(Op::Added(line_b));
+                j += 1;
+            }
+            (_, None) => break,
         }
     }
-    ops.extend(old[old.len() - suffix..].iter().map(|line| Op::Same(line)));
+    ops.extend(common_end.iter().map(|line| Op::Same(line)));
     Some(ops)
 }
 
@@ -1238,7 +1253,7 @@ impl Report<'_, '_> {
         let near_change = |index: usize| {
             let from = index.saturating_sub(DIFF_CONTEXT_LINES);
             let to = (index + DIFF_CONTEXT_LINES + 1).min(changed.len());
-            changed[from..to].iter().any(|c| *c)
+            changed.get(from..to).unwrap_or_default().iter().any(|c| *c)
         };
         let mut skipped = 0usize;
         for (index, op) in ops.iter().enumerate() {

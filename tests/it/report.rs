@@ -48,13 +48,18 @@ fn check_html(html: &[u8]) -> Fallible<Checked> {
     assert!(output.status.success(), "the checker failed: {output:?}");
     let value: serde_json::Value = serde_json::from_slice(&output.stdout)?;
     Ok(Checked {
-        errors: value["errors"]
-            .as_array()
+        errors: value
+            .get("errors")
+            .and_then(serde_json::Value::as_array)
             .ok_or("no errors list")?
             .iter()
             .map(|error| error.as_str().unwrap_or_default().to_owned())
             .collect(),
-        text: value["text"].as_str().ok_or("no text")?.to_owned(),
+        text: value
+            .get("text")
+            .and_then(serde_json::Value::as_str)
+            .ok_or("no text")?
+            .to_owned(),
     })
 }
 
