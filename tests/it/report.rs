@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use sandlog_core::{SessionId, WorkspacePath};
 use sandlog_runtime::ExecRequest;
-use sandlog_runtime::report::{REPORT_CONTENT_BYTES_MAX, ReportSummary};
+use sandlog_runtime::report::{
+    REPORT_CONTENT_BYTES_MAX, REPORT_CONTENT_TOTAL_BYTES_MAX, ReportSummary,
+};
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -256,6 +258,48 @@ open("/app/big.txt", "w").write("line of text\n" * {lines})
             .text
             .contains(&"o".repeat(REPORT_CONTENT_BYTES_MAX + 1))
     );
+    Ok(())
+}
+
+/// Goal: the whole report's content is bounded, not only each piece.
+/// Method: one execution writes more files of a full excerpt each than the
+/// total bound holds; the report stops showing content there, says so, and
+/// still lists every file.
+#[test]
+fn content_past_the_report_total_is_named_not_shown() -> TestResult {
+    let root = TestRoot::new()?;
+    let session = root.engine.create_session(BTreeMap::new())?.session_id;
+    let files = REPORT_CONTENT_TOTAL_BYTES_MAX / REPORT_CONTENT_BYTES_MAX as u64 + 8;
+    let run = root.engine.execute(
+        session,
+        &ExecRequest::python(format!(
+            r#"line = "0123456789abcdef" * 4 + "\n"
+body = line * ({REPORT_CONTENT_BYTES_MAX} // len(line) + 1)
+for i in range({files}):
+    open(f"/app/f{{i:04}}.txt", "w").write(body)
+"#
+        )),
+    )?;
+    assert_eq!(run.exit_code, Some(0), "{run:?}");
+    let (html, summary) = report(&root, session)?;
+    assert!(summary.cut, "{summary:?}");
+    assert!(
+        summary.content_bytes <= REPORT_CONTENT_TOTAL_BYTES_MAX,
+        "{summary:?}"
+    );
+    assert_eq!(summary.file_changes, files, "{summary:?}");
+    assert!(
+        summary.html_bytes < REPORT_CONTENT_TOTAL_BYTES_MAX + 4 * 1024 * 1024,
+        "{summary:?}"
+    );
+    let checked = check_html(html.as_bytes())?;
+    assert!(checked.errors.is_empty(), "{:#?}", checked.errors);
+    assert!(
+        checked
+            .text
+            .contains("Not shown: this report already shows")
+    );
+    assert!(checked.text.contains(&format!("f{:04}.txt", files - 1)));
     Ok(())
 }
 
