@@ -91,9 +91,14 @@ impl Page<'_> {
         self.buffer.push_str(markup);
     }
 
-    /// Text from anywhere, escaped.
+    /// Text from anywhere, escaped, control characters marked.
     fn text(&mut self, text: &str) {
-        escape_into(&mut self.buffer, text);
+        escape_into(&mut self.buffer, text, true);
+    }
+
+    /// Text from anywhere, escaped, where no markup may go (`<title>`).
+    fn plain(&mut self, text: &str) {
+        escape_into(&mut self.buffer, text, false);
     }
 
     /// `<tag>text</tag>`, the text escaped.
@@ -129,42 +134,72 @@ impl Page<'_> {
     }
 }
 
-/// Escapes `text` for HTML text and attribute values. Control characters
-/// (which HTML forbids or a browser would swallow) become visible: C0 as
-/// the Unicode control pictures (`␀`, `␛`), C1, bidirectional overrides and
-/// the byte-order mark as `\u{…}`, so the page shows what was there and
-/// reordered text cannot disguise it.
-fn escape_into(buffer: &mut String, text: &str) {
+/// Escapes `text` for HTML text (and, unmarked, attribute values).
+/// Control characters (which HTML forbids or a browser would swallow or
+/// act on) become visible in the CLI's terminal form: C0 and DEL as
+/// `\x1b`, a lone CR as `\r`, C1 controls, bidirectional overrides and the
+/// byte-order mark as `\u{202e}`, so the page shows what was there and
+/// reordered text cannot disguise it. `marked` wraps each such escape in a
+/// `<span class="ctl">`, which tells it apart from a guest printing a
+/// backslash.
+fn escape_into(buffer: &mut String, text: &str, marked: bool) {
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        match c {
-            '&' => buffer.push_str("&amp;"),
-            '<' => buffer.push_str("&lt;"),
-            '>' => buffer.push_str("&gt;"),
-            '"' => buffer.push_str("&quot;"),
-            '\'' => buffer.push_str("&#39;"),
-            '\n' | '\t' => buffer.push(c),
-            // CRLF is a line end; a lone CR is shown.
-            '\r' if chars.peek() == Some(&'\n') => {}
-            '\u{0}'..='\u{1f}' => {
-                buffer.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'));
+        let shown = match c {
+            '&' => {
+                buffer.push_str("&amp;");
+                continue;
             }
-            '\u{7f}' => buffer.push('\u{2421}'),
+            '<' => {
+                buffer.push_str("&lt;");
+                continue;
+            }
+            '>' => {
+                buffer.push_str("&gt;");
+                continue;
+            }
+            '"' => {
+                buffer.push_str("&quot;");
+                continue;
+            }
+            '\'' => {
+                buffer.push_str("&#39;");
+                continue;
+            }
+            // CRLF is a line end.
+            '\r' if chars.peek() == Some(&'\n') => continue,
+            '\r' => "\\r".to_owned(),
+            '\n' | '\t' => {
+                buffer.push(c);
+                continue;
+            }
+            '\u{0}'..='\u{1f}' | '\u{7f}' => format!("\\x{:02x}", c as u32),
             '\u{80}'..='\u{9f}'
             | '\u{200e}'
             | '\u{200f}'
             | '\u{202a}'..='\u{202e}'
             | '\u{2066}'..='\u{2069}'
-            | '\u{feff}' => buffer.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            _ => buffer.push(c),
+            | '\u{feff}' => format!("\\u{{{:04x}}}", c as u32),
+            _ => {
+                buffer.push(c);
+                continue;
+            }
+        };
+        if marked {
+            buffer.push_str("<span class=\"ctl\">");
+            buffer.push_str(&shown);
+            buffer.push_str("</span>");
+        } else {
+            buffer.push_str(&shown);
         }
     }
 }
 
-/// The HTML-escaped form of `text` (see [`escape_into`]).
+/// The HTML-escaped form of `text`, safe in text and in quoted attribute
+/// values (see [`escape_into`]; control characters unmarked).
 pub fn escape_html(text: &str) -> String {
     let mut buffer = String::with_capacity(text.len());
-    escape_into(&mut buffer, text);
+    escape_into(&mut buffer, text, false);
     buffer
 }
 
@@ -316,6 +351,7 @@ table.kv td { padding: .1rem 0; overflow-wrap: anywhere; }
 .event.file { border-left-color: #8250df; margin-left: 1.5rem; }
 .event.warn { border-left-color: #bf8700; }
 .event.gone { border-left-color: #cf222e; }
+.ctl { color: #8250df; background: #fbefff; border-radius: 2px; }
 .meta { color: #57606a; font-size: .85rem; }
 .note { color: #6e4b00; background: #fff8c5; border: 1px solid #eac54f; border-radius: 4px; padding: .2rem .5rem; display: inline-block; margin: .2rem 0; }
 .ok { color: #1a7f37; font-weight: 700; }
@@ -417,7 +453,7 @@ impl Report<'_, '_> {
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
             "<meta name=\"generator\" content=\"sandlog\">\n<title>"
         ));
-        page.text(&format!("sandlog report: session {id}"));
+        page.plain(&format!("sandlog report: session {id}"));
         page.raw("</title>\n<style>");
         page.raw(STYLE);
         page.raw("</style>\n</head>\n<body>\n<header>\n");
@@ -624,7 +660,7 @@ impl Report<'_, '_> {
         page.text(&format!(
             "Each piece of content is shown up to {}; the report shows at most {} of content in all and at most \
              {REPORT_EVENTS_MAX} events. Text from the log and from guests is escaped; control characters are shown \
-             as symbols (␀, ␛) or \\u{{…}}. Content shown: {}. The full bytes are available with `sandlog exec show`, \
+             marked, as \\x1b or \\u{{202e}}. Content shown: {}. The full bytes are available with `sandlog exec show`, \
              `sandlog files cat --at` and `sandlog blob cat` while they are kept.",
             format_size(REPORT_CONTENT_BYTES_MAX as u64),
             format_size(REPORT_CONTENT_TOTAL_BYTES_MAX),
@@ -1333,8 +1369,11 @@ mod tests {
         let escaped = escape_html("<script>alert('x')</script>&\"\0\x1b\u{202e}a\r\nb\rc");
         assert_eq!(
             escaped,
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;␀␛\\u{202e}a\nb␍c"
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\\x00\\x1b\\u{202e}a\nb\\rc"
         );
+        let mut marked = String::new();
+        escape_into(&mut marked, "a\x07b", true);
+        assert_eq!(marked, "a<span class=\"ctl\">\\x07</span>b");
     }
 
     #[test]

@@ -162,7 +162,7 @@ fn a_report_shows_the_session_and_only_escaped_guest_output() -> TestResult {
         "legal hold placed",
         // NUL, ESC and a right-to-left override made visible; the invalid
         // bytes decoded lossily.
-        "nul:␀ bad utf8:\u{fffd}\u{fffd} esc:␛[31m bidi:\\u{202e} end",
+        "nul:\\x00 bad utf8:\u{fffd}\u{fffd} esc:\\x1b[31m bidi:\\u{202e} end",
         // The file's first version, then a diff.
         "alpha\nbeta\ngamma",
         "- beta",
