@@ -1165,31 +1165,24 @@ impl Report<'_, '_> {
             cap: REPORT_CONTENT_BYTES_MAX.min(usize::try_from(left).unwrap_or(usize::MAX)),
             full: false,
         };
-        let read = match self.engine.store().read_blob(hash, &mut excerpt) {
-            Ok(BlobState::Kept { .. }) => Read::Kept {
-                bytes: Vec::new(),
-                whole: true,
-            },
-            Ok(BlobState::Erased { erased_at, .. }) => Read::Erased {
-                erased_at: erased_at.to_string(),
-            },
-            Ok(BlobState::Missing) => Read::Missing,
-            Err(EventStoreError::Io { .. }) if excerpt.full => Read::Kept {
-                bytes: Vec::new(),
-                whole: false,
-            },
-            Err(error) if error.is_integrity() => Read::Corrupt(error.to_string()),
+        // Whether the whole blob was read, when its bytes were read at all.
+        let whole = match self.engine.store().read_blob(hash, &mut excerpt) {
+            Ok(BlobState::Kept { .. }) => true,
+            // The excerpt's own refusal: the bytes so far are the excerpt.
+            Err(EventStoreError::Io { .. }) if excerpt.full => false,
+            Ok(BlobState::Erased { erased_at, .. }) => {
+                return Ok(Read::Erased {
+                    erased_at: erased_at.to_string(),
+                });
+            }
+            Ok(BlobState::Missing) => return Ok(Read::Missing),
+            Err(error) if error.is_integrity() => return Ok(Read::Corrupt(error.to_string())),
             Err(error) => return Err(error.into()),
         };
-        Ok(match read {
-            Read::Kept { whole, .. } => {
-                self.summary.content_bytes += excerpt.bytes.len() as u64;
-                Read::Kept {
-                    bytes: excerpt.bytes,
-                    whole,
-                }
-            }
-            other => other,
+        self.summary.content_bytes += excerpt.bytes.len() as u64;
+        Ok(Read::Kept {
+            bytes: excerpt.bytes,
+            whole,
         })
     }
 
