@@ -382,6 +382,8 @@ struct Report<'e, 'o> {
     /// Every hash the session's events name, to find erasures on the
     /// system stream.
     hashes: BTreeSet<Hash>,
+    /// [`REPORT_EVENTS_MAX`] (smaller in tests).
+    events_max: u64,
 }
 
 impl Engine {
@@ -404,6 +406,15 @@ pub fn write_report(
     engine: &Engine,
     session_id: SessionId,
     out: &mut dyn Write,
+) -> Result<ReportSummary> {
+    write_report_showing(engine, session_id, out, REPORT_EVENTS_MAX)
+}
+
+fn write_report_showing(
+    engine: &Engine,
+    session_id: SessionId,
+    out: &mut dyn Write,
+    events_max: u64,
 ) -> Result<ReportSummary> {
     let session = engine.session(session_id)?;
     // The report covers the log up to the head as it is now, whatever is
@@ -432,6 +443,7 @@ pub fn write_report(
         last_write: BTreeMap::new(),
         executions: BTreeMap::new(),
         hashes: BTreeSet::new(),
+        events_max,
     };
     report.head(&session)?;
     report.verification(head.position)?;
@@ -572,7 +584,7 @@ impl Report<'_, '_> {
                 executions += 1;
                 self.executions.insert(envelope.event_id.0, executions);
             }
-            if self.summary.events_shown >= REPORT_EVENTS_MAX {
+            if self.summary.events_shown >= self.events_max {
                 continue;
             }
             self.summary.events_shown += 1;
@@ -582,9 +594,10 @@ impl Report<'_, '_> {
         if self.summary.events > self.summary.events_shown {
             self.summary.cut = true;
             self.note(&format!(
-                "{} more events of this session are not shown: a report shows at most {REPORT_EVENTS_MAX}. \
+                "{} more events of this session are not shown: a report shows at most {}. \
                  `sandlog session timeline` and `sandlog log --session` list them all.",
-                self.summary.events - self.summary.events_shown
+                self.summary.events - self.summary.events_shown,
+                self.events_max
             ));
         }
         if self.summary.events == 0 {
@@ -618,7 +631,7 @@ impl Report<'_, '_> {
             if named == 0 {
                 continue;
             }
-            if self.summary.events_shown >= REPORT_EVENTS_MAX {
+            if self.summary.events_shown >= self.events_max {
                 left += 1;
                 continue;
             }
@@ -645,7 +658,8 @@ impl Report<'_, '_> {
         if left > 0 {
             self.summary.cut = true;
             self.note(&format!(
-                "{left} more erasures by retention name this session's content; not shown (at most {REPORT_EVENTS_MAX} events)."
+                "{left} more erasures by retention name this session's content; not shown (at most {} events).",
+                self.events_max
             ));
         }
         if shown > 0 {
@@ -655,11 +669,12 @@ impl Report<'_, '_> {
     }
 
     fn footer(&mut self) {
+        let events_max = self.events_max;
         let page = &mut self.page;
         page.raw("<footer>\n<h2>About this report</h2>\n<p class=\"meta\">");
         page.text(&format!(
             "Each piece of content is shown up to {}; the report shows at most {} of content in all and at most \
-             {REPORT_EVENTS_MAX} events. Text from the log and from guests is escaped; control characters are shown \
+             {events_max} events. Text from the log and from guests is escaped; control characters are shown \
              marked, as \\x1b or \\u{{202e}}. Content shown: {}. The full bytes are available with `sandlog exec show`, \
              `sandlog files cat --at` and `sandlog blob cat` while they are kept.",
             format_size(REPORT_CONTENT_BYTES_MAX as u64),
@@ -1388,6 +1403,32 @@ mod tests {
             ops,
             vec![Op::Same("x\n"), Op::Removed("y"), Op::Added("y\n")]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn events_past_the_bound_are_counted_with_a_note()
+    -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let root = Engine::init(&dir.path().join("root"))?;
+        let engine = Engine::open(&root, crate::EngineOptions::default())?;
+        let session = engine.create_session(BTreeMap::new())?.session_id;
+        for index in 0..5 {
+            let path = WorkspacePath::parse(&format!("file-{index}.txt"))?;
+            engine.write_file(session, &path, format!("text {index}\n").as_bytes(), false)?;
+        }
+        let mut html = Vec::new();
+        let summary = write_report_showing(&engine, session, &mut html, 3)?;
+        let html = String::from_utf8(html)?;
+        assert_eq!(
+            (summary.events, summary.events_shown),
+            (6, 3),
+            "{summary:?}"
+        );
+        assert!(summary.cut);
+        assert!(html.contains("3 more events of this session are not shown"));
+        assert!(html.contains("file-1.txt") && !html.contains("file-2.txt"));
+        assert!(html.ends_with("</html>\n"));
         Ok(())
     }
 
