@@ -156,6 +156,25 @@ pub enum Command {
     /// check every stored node against them.
     #[command(subcommand)]
     Tree(TreeCommand),
+    /// Write one session's forensic report: a single self-contained HTML
+    /// file (no external assets, no script) with its timeline, executions'
+    /// code and output, file contents and diffs, and the log's verification
+    /// at this moment. Exits 4 (after writing it) if the log fails to verify.
+    Report(ReportArgs),
+}
+
+/// `report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The session id.
+    pub id: String,
+    /// The HTML file to write (it must not exist, unless --force).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Replace FILE if it exists (written beside it, then renamed over it;
+    /// a symlink is replaced, never written through).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `keygen` arguments.

@@ -26,3 +26,6 @@ mod merkle;
 mod projections;
 /// Signed checkpoints and offline evidence bundles through the engine.
 mod proofs;
+/// The forensic HTML report: parsed, escaped, bounded, and rendered in
+/// headless Chromium.
+mod report;

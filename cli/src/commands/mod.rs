@@ -10,6 +10,7 @@ mod misc;
 mod proofs;
 mod prune;
 mod retention;
+mod report;
 mod session;
 
 use std::path::Path;
@@ -59,6 +60,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Prove(command) => proofs::prove(&engine, command, output),
                 Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
                 Command::Tree(command) => proofs::tree(&engine, command, output),
+                Command::Report(args) => report::report(&engine, args, output),
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man
