@@ -90,7 +90,10 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
                 rng.next(),
                 rng.below(4)
             ));
-            let budget = BUDGETS[rng.below(BUDGETS.len() as u64) as usize];
+            let budget = BUDGETS
+                .get(rng.below(BUDGETS.len() as u64) as usize)
+                .copied()
+                .flatten();
             let request = ExecRequest {
                 limits: LimitOverrides {
                     evidence_bytes: budget,
