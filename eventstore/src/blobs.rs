@@ -301,15 +301,11 @@ fn put_chunks(
         }
     }
     if key != hash.0.as_slice() {
-        // An UPDATE that changes a row's size writes the row anew and frees
-        // the pages of the old copy: without secure_delete those would keep
-        // the bytes in the file after the blob is erased.
-        transaction.execute_batch("PRAGMA secure_delete = ON")?;
-        let renamed = transaction
+        // Rewrites each row; the old copies' space is zeroed (the store's
+        // connections run with secure_delete on).
+        transaction
             .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2")?
-            .execute(params![hash.0.as_slice(), key]);
-        transaction.execute_batch("PRAGMA secure_delete = OFF")?;
-        renamed?;
+            .execute(params![hash.0.as_slice(), key])?;
     }
     Ok(BlobPut {
         hash,
@@ -329,14 +325,12 @@ fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<Er
     let Some((size, stored, erased_at)) = row else {
         return Ok(None);
     };
-    // secure_delete overwrites the freed pages with zeros, so erased bytes
-    // do not linger in the file's free list.
-    transaction.execute_batch("PRAGMA secure_delete = ON")?;
-    let deleted = transaction
+    // The store's connections run with secure_delete on (see
+    // `sqlite::open_connection`): the freed cells and pages are overwritten
+    // with zeros, so erased bytes do not linger in the file.
+    transaction
         .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1")?
-        .execute([hash.0.as_slice()]);
-    transaction.execute_batch("PRAGMA secure_delete = OFF")?;
-    deleted?;
+        .execute([hash.0.as_slice()])?;
     Ok(Some(ErasedBlob {
         hash: *hash,
         size: to_u64(size),

@@ -686,7 +686,11 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     let host_marker = format!("SANDLOG-ERASE-HOST-{unique}");
     let guest_marker = format!("SANDLOG-ERASE-GUEST-{unique}");
     let shared_marker = format!("SANDLOG-ERASE-SHARED-{unique}");
+    let small_marker = format!("SANDLOG-ERASE-SMALL-{unique}");
     let secret = marked_bytes(host_marker.as_bytes(), 64 * 1024);
+    // Small enough to lie in a b-tree leaf cell, not an overflow page:
+    // cells move when pages split, and no copy may stay behind.
+    let small_secret = marked_bytes(small_marker.as_bytes(), 1500);
     let guest_secret = marked_bytes(guest_marker.as_bytes(), 32 * 1024);
     let shared = marked_bytes(shared_marker.as_bytes(), 16 * 1024);
 
@@ -694,7 +698,15 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     let b = engine.create_session(BTreeMap::new())?.session_id;
     engine.write_file(a, &path("secret.bin"), &secret, false)?;
     engine.write_file(a, &path("shared.bin"), &shared, false)?;
+    engine.write_file(a, &path("small.bin"), &small_secret, false)?;
     engine.write_file(b, &path("copy.bin"), &shared, false)?;
+    // Blobs of another session stored after A's, splitting the pages
+    // that hold A's.
+    let c = engine.create_session(BTreeMap::new())?.session_id;
+    for index in 0..60 {
+        let filler = marked_bytes(format!("filler {index}").as_bytes(), 1000 + 50 * index);
+        engine.write_file(c, &path(&format!("filler/{index}.bin")), &filler, false)?;
+    }
     // The guest writes its file from bytes given in hex, so the marker is
     // not in the code blob (which the erasure removes too).
     let run = engine.execute(
@@ -709,7 +721,7 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     let head = engine.store().head()?.position;
     let events_before = engine.store().head()?;
 
-    for marker in [&host_marker, &guest_marker, &shared_marker] {
+    for marker in [&host_marker, &guest_marker, &shared_marker, &small_marker] {
         assert!(
             in_database_files(engine, marker.as_bytes())?,
             "sanity: {marker} is not in the database's files before erasure"
@@ -723,10 +735,10 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     }
 
     let report = engine.erase(a, None, "test")?;
-    // secret.bin, guest.bin, the code, stdout and stderr; shared.bin is
-    // held through B.
+    // secret.bin, small.bin, guest.bin, the code, stdout and stderr;
+    // shared.bin is held through B.
     assert_eq!(report.kept_for_hold, 1, "{report:?}");
-    assert_eq!(report.erased, 5, "{report:?}");
+    assert_eq!(report.erased, 6, "{report:?}");
     assert!(report.wal_cleared, "{report:?}");
     assert!(
         !in_database_files(engine, host_marker.as_bytes())?,
@@ -735,6 +747,10 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     assert!(
         !in_database_files(engine, guest_marker.as_bytes())?,
         "the guest-written bytes survive erasure in the database's files"
+    );
+    assert!(
+        !in_database_files(engine, small_marker.as_bytes())?,
+        "the small file's bytes survive erasure in the database's files"
     );
     assert!(
         in_database_files(engine, shared_marker.as_bytes())?,
@@ -749,7 +765,7 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     match last.event()? {
         Some(Event::EvidenceErased(erased)) => {
             assert_eq!(erased.reason, "test");
-            assert_eq!(erased.blobs.len(), 5);
+            assert_eq!(erased.blobs.len(), 6);
             assert!(erased.blobs.contains(&Hash::of(&secret)));
             assert_eq!(erased.kept_for_hold, vec![Hash::of(&shared)]);
         }
@@ -803,7 +819,8 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
         missing,
         vec![
             ("guest.bin".to_owned(), "erased".to_owned()),
-            ("secret.bin".to_owned(), "erased".to_owned())
+            ("secret.bin".to_owned(), "erased".to_owned()),
+            ("small.bin".to_owned(), "erased".to_owned())
         ]
     );
     assert_eq!(report.files, 1);
