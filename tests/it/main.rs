@@ -6,6 +6,9 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Evidence: restore at every position, SIGKILL while keeping evidence,
+/// erasure, holds, forks.
+mod evidence;
 /// Adopting hostile seed workspaces: links out, special files, deep trees.
 mod hostile_adopt;
 /// Leases: prune and delete beside a running execution in another
