@@ -10,10 +10,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// blake3 hash-chained log; sessions, metadata and prune candidates are
 /// projections of it.
 ///
-/// Exit codes: 0 ok, 1 failure, 2 usage or bad input (a flag, an id, a path
-/// leaving the workspace or naming a directory), 3 not found (a root, a
-/// session, a file), 4 integrity failure, 5 guest failure. With `--json`,
-/// an error is `{"error":{"kind","message"}}` on stderr.
+/// Exit codes: 0 ok, 1 failure (also a refused operation: a held session,
+/// content that was not kept or was erased), 2 usage or bad input (a flag,
+/// an id, a path leaving the workspace or naming a directory, a restore
+/// into a directory that is not empty), 3 not found (a root, a session, a
+/// file, an execution, a point before the session existed), 4 integrity
+/// failure, 5 guest failure. With `--json`, an error is
+/// `{"error":{"kind","message"}}` on stderr. The reference table of every
+/// command is docs/cli.md.
 ///
 /// Output into a pipe whose reader has gone (`| head`) ends the command
 /// quietly with the code it would have had. Human output escapes control
@@ -78,13 +82,29 @@ pub enum Command {
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run code in a session; the guest's stdout/stderr pass through.
+    /// `exec show ID N` shows an execution recorded earlier.
     ///
     /// Give the code with --code, --file, or `-` to read it from stdin.
     /// Exits 5 if the outcome is not ok or the guest exited non-zero.
-    Exec(ExecArgs),
-    /// Files of a session: ls, cat, put, rm.
+    Exec(ExecCommand),
+    /// Files of a session: ls, cat, put, rm, restore (as of a point).
     #[command(subcommand)]
     Files(FilesCommand),
+    /// Stored content (code, output, file bytes) by its blake3.
+    #[command(subcommand)]
+    Blob(BlobCommand),
+    /// Erase a session's kept bytes (every blob its events name, or only
+    /// the file contents at --path and below). Events and hashes stay, so
+    /// `verify` still passes; an `evidence.erased` event records who and
+    /// why. A held session is refused.
+    Erase(EraseArgs),
+    /// Remove blobs no event names and, with --evidence-older-than, erase
+    /// evidence whose newest reference is older than that (held sessions'
+    /// evidence stays).
+    Gc(GcArgs),
+    /// Root settings, recorded in the log (`evidence.budget`).
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Prune sessions by policy (two-phase and race-free; legacy sessions
     /// are never pruned).
     Prune(PruneArgs),
@@ -136,6 +156,25 @@ pub enum Command {
     /// check every stored node against them.
     #[command(subcommand)]
     Tree(TreeCommand),
+    /// Write one session's forensic report: a single self-contained HTML
+    /// file (no external assets, no script) with its timeline, executions'
+    /// code and output, file contents and diffs, and the log's verification
+    /// at this moment. Exits 4 (after writing it) if the log fails to verify.
+    Report(ReportArgs),
+}
+
+/// `report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The session id.
+    pub id: String,
+    /// The HTML file to write (it must not exist, unless --force).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Replace FILE if it exists (written beside it, then renamed over it;
+    /// a symlink is replaced, never written through).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `keygen` arguments.
@@ -222,6 +261,64 @@ pub enum TreeCommand {
     Verify,
 }
 
+/// `blob` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BlobCommand {
+    /// Write the stored bytes of a blob to stdout. Erased or never-kept
+    /// content is an error naming why.
+    Cat {
+        /// The blob's blake3, 64 hex digits.
+        hash: String,
+    },
+}
+
+/// `erase` arguments.
+#[derive(Debug, Args)]
+pub struct EraseArgs {
+    /// The session id.
+    pub id: String,
+    /// Only the file contents at this workspace path and below.
+    #[arg(long, value_name = "P")]
+    pub path: Option<String>,
+    /// Why (the legal basis; recorded in the log).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `gc` arguments.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Also erase evidence whose newest reference is older than this
+    /// (`30d`, `24h`).
+    #[arg(long, value_name = "DUR")]
+    pub evidence_older_than: Option<String>,
+}
+
+/// `config` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print a setting's value (unset: the default applies).
+    Get {
+        /// The setting (`evidence.budget`).
+        key: String,
+    },
+    /// Change a setting (recorded as a `root.configured` event).
+    Set {
+        /// The setting (`evidence.budget`).
+        key: String,
+        /// Its value (`evidence.budget`: a size such as `10MiB`; `0` turns
+        /// evidence off).
+        value: String,
+    },
+    /// Unset a setting: its default applies again.
+    Unset {
+        /// The setting.
+        key: String,
+    },
+    /// Every setting with its value, default and meaning.
+    List,
+}
+
 /// Session subcommands.
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -261,6 +358,37 @@ pub enum SessionCommand {
         #[arg(long, value_name = "DUR", default_value = "10s")]
         wait: String,
     },
+    /// A new session whose workspace is ID's as it was at a point
+    /// (`session.forked` names the origin and position). Files whose bytes
+    /// were not kept are listed as missing.
+    Fork {
+        /// The origin session id.
+        id: String,
+        /// A position (integer), an RFC 3339 time, or a duration meaning
+        /// that long ago (`2h`).
+        #[arg(long, value_name = "POS|TIME")]
+        at: String,
+        /// A label of the new session, `key=value` (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+    },
+    /// Put a session under a legal hold: never pruned, deleted or erased
+    /// until released.
+    Hold {
+        /// The session id.
+        id: String,
+        /// Why (a case number, say; recorded in the log).
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+    },
+    /// Lift a legal hold.
+    Release {
+        /// The session id.
+        id: String,
+        /// Why (recorded in the log).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
 }
 
 /// Session statuses.
@@ -278,11 +406,40 @@ pub enum StatusArg {
     Deleted,
 }
 
+/// `exec`: run code (`exec ID ...`), or `exec show ID N`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ExecCommand {
+    /// `show`: an execution recorded earlier.
+    #[command(subcommand)]
+    pub show: Option<ExecSubcommand>,
+    /// Running code.
+    #[command(flatten)]
+    pub run: ExecArgs,
+}
+
+/// `exec` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ExecSubcommand {
+    /// One execution of a session: header (outcome, limits, evidence),
+    /// code, stdout, stderr, and the files it changed with whether their
+    /// bytes were kept.
+    Show {
+        /// The session id.
+        id: String,
+        /// The execution's number in the session (1, 2, ...) or `@POS`,
+        /// the position of its `session.executed` event.
+        #[arg(value_name = "N|@POS")]
+        execution: String,
+    },
+}
+
 /// `exec` arguments.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// The session id.
-    pub id: String,
+    #[arg(required = true)]
+    pub id: Option<String>,
     /// `-` reads the code from stdin.
     #[arg(value_name = "-", conflicts_with_all = ["code", "file"])]
     pub stdin: Option<String>,
@@ -305,6 +462,11 @@ pub struct ExecArgs {
     /// Linear memory limit (`256MiB`).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
+    /// File bytes this execution keeps as evidence (`10MiB`; `0` keeps
+    /// none, and no stdout/stderr either). Default: the root's
+    /// `evidence.budget`, else 32 MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub evidence: Option<String>,
 }
 
 /// Files subcommands.
@@ -320,12 +482,31 @@ pub enum FilesCommand {
         #[arg(long)]
         tree: bool,
     },
-    /// Print a file's bytes.
+    /// Print a file's bytes (with --at, as they were then).
     Cat {
         /// The session id.
         id: String,
         /// Path inside the workspace.
         path: String,
+        /// A position (integer), an RFC 3339 time, or a duration meaning
+        /// that long ago (`2h`). Bytes that were not kept or were erased
+        /// are an error naming why.
+        #[arg(long, value_name = "POS|TIME")]
+        at: Option<String>,
+    },
+    /// Write the whole workspace as it was at a point into DIR, which must
+    /// be new or empty (exit 2 otherwise). Files whose bytes were not kept
+    /// or were erased are listed with the reason.
+    Restore {
+        /// The session id.
+        id: String,
+        /// A position (integer), an RFC 3339 time, or a duration meaning
+        /// that long ago (`2h`).
+        #[arg(long, value_name = "POS|TIME")]
+        at: String,
+        /// The directory to write into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
     },
     /// Write a file.
     Put {
@@ -421,7 +602,8 @@ pub struct LogArgs {
 /// `replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// A position (integer) or a time (RFC 3339).
+    /// A position (integer), a time (RFC 3339), or a duration meaning that
+    /// long ago (`2h`).
     #[arg(long, value_name = "POS|TIME")]
     pub at: String,
     /// Show this session and its files.

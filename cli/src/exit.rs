@@ -47,6 +47,25 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// The error as a person should read it. The engine reports a refused
+    /// input value (a reason, an execution number, a setting, code that is
+    /// not UTF-8) as a payload of schema 0 that "does not decode"; that
+    /// wording is about stored events, so only its reason, which names the
+    /// value and the fix, is shown. Kind and exit code are unchanged.
+    pub fn for_people(self) -> CliError {
+        match self {
+            CliError::Runtime(RuntimeError::Invalid(
+                sandlog_runtime::core::CoreError::InvalidPayload {
+                    schema: 0, reason, ..
+                },
+            )) => CliError::Usage {
+                kind: "invalid_payload",
+                message: reason,
+            },
+            other => other,
+        }
+    }
+
     /// The stable kind for `{"error":{"kind"}}`.
     pub fn kind(&self) -> &'static str {
         match self {

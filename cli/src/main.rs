@@ -20,6 +20,7 @@ fn main() -> ExitCode {
     match commands::run(cli, &output) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
+            let error = error.for_people();
             output.error(&error);
             ExitCode::from(error.exit_code())
         }

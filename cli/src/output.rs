@@ -115,6 +115,63 @@ impl Output {
     }
 }
 
+/// Stdout for raw bytes the engine streams (`files cat`, `blob cat`): a
+/// reader that has gone (`| head`) ends the copy quietly, its remaining
+/// bytes discarded, so the command exits as it would have.
+pub struct RawStdout {
+    stdout: std::io::StdoutLock<'static>,
+    closed: bool,
+}
+
+impl RawStdout {
+    /// Locks stdout.
+    pub fn new() -> RawStdout {
+        RawStdout {
+            stdout: std::io::stdout().lock(),
+            closed: false,
+        }
+    }
+
+    /// Flushes; a closed pipe is not an error.
+    pub fn finish(mut self) -> Result<(), CliError> {
+        match self.flush() {
+            Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Io {
+                context: "writing to stdout".into(),
+                source: error,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Write for RawStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        match self.stdout.write(buf) {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(buf.len())
+            }
+            other => other,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.stdout.flush() {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
 /// The engine's `(done, total)` progress callback, driving `bar`.
 pub fn advance(bar: &ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
     move |done, total| {

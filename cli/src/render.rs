@@ -36,7 +36,7 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
     let mut table = table(
         output,
         &[
-            "session", "status", "created", "updated", "execs", "files", "size", "legacy",
+            "session", "status", "created", "updated", "execs", "files", "size", "legacy", "held",
         ],
     );
     for session in sessions {
@@ -50,6 +50,11 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             format_size(session.bytes),
             if session.legacy {
                 "yes".to_owned()
+            } else {
+                String::new()
+            },
+            if session.held.is_some() {
+                "HELD".to_owned()
             } else {
                 String::new()
             },
@@ -120,7 +125,7 @@ pub fn describe_exact(envelope: &Envelope) -> String {
             },
         ),
         Event::FileWritten(file) => format!(
-            "{} {} ({}, blake3 {})",
+            "{} {} ({}, blake3 {}{})",
             match file.by {
                 sandlog_runtime::core::WrittenBy::Adoption => "found",
                 sandlog_runtime::core::WrittenBy::Host => "host wrote",
@@ -128,7 +133,12 @@ pub fn describe_exact(envelope: &Envelope) -> String {
             },
             file.path,
             format_size(file.size),
-            short_hash(&file.blake3.to_hex())
+            short_hash(&file.blake3.to_hex()),
+            match (file.content_kept, file.not_kept) {
+                (Some(false), Some(reason)) => format!(", bytes not kept: {}", reason.as_str()),
+                (Some(false), None) => ", bytes not kept".to_owned(),
+                _ => String::new(),
+            }
         )
         .to_lowercase_first(),
         Event::FileDeleted(file) => {
@@ -182,6 +192,41 @@ pub fn describe_exact(envelope: &Envelope) -> String {
             "finishing the {} intent failed (still pending): {}",
             failed.intent, failed.error
         ),
+        Event::SessionHeld(held) => format!("legal hold: {}", held.reason),
+        Event::SessionReleased(released) => match released.reason {
+            Some(reason) => format!("hold released: {reason}"),
+            None => "hold released".to_owned(),
+        },
+        Event::SessionForked(forked) => format!(
+            "forked from {} as of position {} ({} files{})",
+            forked.from,
+            forked.at,
+            forked.files,
+            if forked.missing.is_empty() {
+                String::new()
+            } else {
+                format!(", {} missing", forked.missing.len())
+            }
+        ),
+        Event::EvidenceErased(erased) => format!(
+            "evidence erased{}: {} blobs, {}{}; reason: {}",
+            erased
+                .path
+                .as_ref()
+                .map_or(String::new(), |path| format!(" under {path}")),
+            erased.blobs.len(),
+            format_size(erased.bytes),
+            if erased.kept_for_hold.is_empty() {
+                String::new()
+            } else {
+                format!(", {} kept for a hold", erased.kept_for_hold.len())
+            },
+            erased.reason
+        ),
+        Event::RootConfigured(configured) => match configured.value {
+            Some(value) => format!("setting {} = {value}", configured.key),
+            None => format!("setting {} unset", configured.key),
+        },
         _ => envelope.kind.clone(),
     }
 }
@@ -193,6 +238,48 @@ fn describe_drift(drift: &Drift) -> String {
         Drift::FileChanged { path, .. } => format!("{path} changed"),
         Drift::FileUnexpected { path, .. } => format!("{path} not in the log"),
     }
+}
+
+/// Why a file's bytes are not available, for a person, from the reason
+/// code of a restore's or fork's missing file.
+pub fn missing_reason(code: &str) -> String {
+    use sandlog_runtime::core::event::NotKept;
+    let not_kept = [
+        NotKept::Budget,
+        NotKept::TooLarge,
+        NotKept::Off,
+        NotKept::Changed,
+        NotKept::Unreadable,
+        NotKept::Adopted,
+    ];
+    let text = match not_kept.iter().find(|reason| reason.as_str() == code) {
+        Some(reason) => format!("not kept ({code}): {}", reason.describe()),
+        None => match code {
+            "erased" => {
+                "erased (`sandlog log --kind evidence.erased` says by whom and why)".to_owned()
+            }
+            "not_stored" => "not kept: no bytes are stored under its hash".to_owned(),
+            other => format!("not available: {other}"),
+        },
+    };
+    escape_for_terminal(&text).into_owned()
+}
+
+/// At most `lines` lines of `text`, each cut at `width` characters and
+/// escaped for the terminal; `…` marks what was left out.
+pub fn excerpt_lines(text: &str, more: bool, lines: usize, width: usize) -> Vec<String> {
+    let all: Vec<&str> = text.trim_end_matches('\n').split('\n').collect();
+    let mut shown = Vec::new();
+    for (index, line) in all.iter().take(lines).enumerate() {
+        let mut line_text: String = line.chars().take(width).collect();
+        let cut = line.chars().count() > width;
+        let last = index + 1 == lines.min(all.len());
+        if cut || (last && (all.len() > lines || more)) {
+            line_text.push('…');
+        }
+        shown.push(escape_for_terminal(&line_text).into_owned());
+    }
+    shown
 }
 
 /// The first 12 hex digits.

@@ -181,13 +181,20 @@ pub(crate) fn put(
             deduplicated: true,
         });
     }
-    // Chunks go in under a key no blob can have (a fresh random id, not a
-    // blake3) until the whole stream is hashed; then they are renamed to
-    // the hash, or dropped with the savepoint if that blob is stored
-    // already or the hash is not the one expected.
+    // With the hash expected, chunks go in under it at once (no stored
+    // blob has it: a kept one returned above, an erased one has no
+    // chunks) and are dropped with the savepoint if the bytes hash to
+    // something else. Without, they go in under a key no blob can have (a
+    // fresh random id, not a blake3) until the whole stream is hashed,
+    // then are renamed to the hash or dropped with the savepoint if that
+    // blob is stored already.
     let pending = *uuid::Uuid::new_v4().as_bytes();
+    let key: &[u8] = match &expected {
+        Some(hash) => hash.0.as_slice(),
+        None => pending.as_slice(),
+    };
     transaction.execute_batch("SAVEPOINT blob_put")?;
-    let outcome = put_chunks(transaction, reader, expected, size_max, &pending, now);
+    let outcome = put_chunks(transaction, reader, expected, size_max, key, now);
     match outcome {
         Ok(put) if put.deduplicated => {
             transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put")?;
@@ -209,7 +216,7 @@ fn put_chunks(
     reader: &mut dyn Read,
     expected: Option<Hash>,
     size_max: u64,
-    pending: &[u8; 16],
+    key: &[u8],
     now: Timestamp,
 ) -> Result<BlobPut> {
     let mut insert = transaction.prepare_cached(
@@ -240,7 +247,7 @@ fn put_chunks(
         let (codec, data) = encode(raw)?;
         stored += data.len() as u64;
         insert.execute(params![
-            pending.as_slice(),
+            key,
             seq,
             codec,
             read as i64,
@@ -293,9 +300,13 @@ fn put_chunks(
                 ])?;
         }
     }
-    transaction
-        .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2")?
-        .execute(params![hash.0.as_slice(), pending.as_slice()])?;
+    if key != hash.0.as_slice() {
+        // Rewrites each row; the old copies' space is zeroed (the store's
+        // connections run with secure_delete on).
+        transaction
+            .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2")?
+            .execute(params![hash.0.as_slice(), key])?;
+    }
     Ok(BlobPut {
         hash,
         size,
@@ -314,14 +325,12 @@ fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<Er
     let Some((size, stored, erased_at)) = row else {
         return Ok(None);
     };
-    // secure_delete overwrites the freed pages with zeros, so erased bytes
-    // do not linger in the file's free list.
-    transaction.execute_batch("PRAGMA secure_delete = ON")?;
-    let deleted = transaction
+    // The store's connections run with secure_delete on (see
+    // `sqlite::open_connection`): the freed cells and pages are overwritten
+    // with zeros, so erased bytes do not linger in the file.
+    transaction
         .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1")?
-        .execute([hash.0.as_slice()]);
-    transaction.execute_batch("PRAGMA secure_delete = OFF")?;
-    deleted?;
+        .execute([hash.0.as_slice()])?;
     Ok(Some(ErasedBlob {
         hash: *hash,
         size: to_u64(size),

@@ -243,6 +243,13 @@ fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<C
         Connection::open_with_flags(path, flags).map_err(|error| not_a_database(path, error))?;
     connection.busy_timeout(options.busy_timeout)?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    // Every byte SQLite frees is overwritten with zeros, not only the
+    // bytes an erasure deletes: cells move when pages split or merge and
+    // rows are rewritten when updated, and each move would otherwise leave
+    // a copy in unused page space or on the free list, where an erasure
+    // cannot reach it. Set before anything is written (it writes nothing
+    // itself).
+    connection.execute_batch("PRAGMA secure_delete = ON;")?;
     Ok(connection)
 }
 

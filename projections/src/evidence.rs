@@ -121,3 +121,18 @@ pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(Sess
         Ok(held)
     })
 }
+
+/// Every blob some event says was stored, once each, in address order.
+pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
+    store.with_reader(|connection| {
+        let mut statement =
+            connection.prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash")?;
+        let mut rows = statement.query([])?;
+        let mut hashes = Vec::new();
+        while let Some(row) = rows.next()? {
+            let bytes: Vec<u8> = row.get(0)?;
+            hashes.push(hash_column(&bytes)?);
+        }
+        Ok(hashes)
+    })
+}

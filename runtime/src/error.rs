@@ -258,6 +258,9 @@ pub enum RuntimeError {
         /// The hold's reason.
         reason: String,
     },
+    /// No blob with this address is stored, and none was erased.
+    #[error("no blob {0} is stored: no event's kept content has this blake3")]
+    BlobNotFound(String),
     /// A restore target that already holds something.
     #[error("{}: not empty; restore writes only into a new or empty directory, so nothing is overwritten", path.display())]
     NotEmpty {
@@ -309,6 +312,7 @@ impl RuntimeError {
             Self::ContentErased { .. } => "erased",
             Self::Held { .. } => "held",
             Self::NotEmpty { .. } => "not_empty",
+            Self::BlobNotFound(_) => "not_found",
             Self::NotInHistory { .. } => "not_found",
             Self::NotARoot { .. } => "root_missing",
             Self::LogMissing { .. }

@@ -209,9 +209,12 @@ fn not_in_history(session_id: SessionId, what: String) -> RuntimeError {
 }
 
 impl Engine {
-    /// The last position of a cut.
+    /// The last position of a cut, never past the log's head: a position
+    /// not yet written names the present, and is reported (and recorded by
+    /// a fork) as the head, so it cannot later claim events appended after.
     pub fn cut_position(&self, cut: Cut) -> Result<Position> {
-        Ok(cut.position(&self.store)?)
+        let head = self.store.head()?.position;
+        Ok(cut.position(&self.store)?.min(head))
     }
 
     /// A session as it was at `cut`, folded from its own stream.
@@ -326,6 +329,9 @@ impl Engine {
 
     /// Writes a stored blob to `out` (`blob cat`); returns its length.
     pub fn cat_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<u64> {
+        if self.store.blob_state(hash)? == BlobState::Missing {
+            return Err(RuntimeError::BlobNotFound(hash.to_string()));
+        }
         if let Some((_, error)) = self.blob_unavailable(hash, format!("blob {hash}"))? {
             return Err(error);
         }

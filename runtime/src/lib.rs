@@ -16,6 +16,7 @@
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
+//! * [`report`]: one session as a self-contained HTML report.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
 
 pub mod adopt;
@@ -28,6 +29,7 @@ pub mod history;
 pub mod lease;
 pub mod lifecycle;
 pub mod proofs;
+pub mod report;
 pub mod retention;
 pub mod sandbox;
 pub mod verify;

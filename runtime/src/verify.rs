@@ -26,6 +26,9 @@ pub struct VerifyOutcome {
     /// when they agree). A difference means the read models were changed
     /// outside sandlog or by a bug; `sandlog` rebuilds them on request.
     pub read_model_mismatches: Vec<String>,
+    /// Blobs named by events as stored whose bytes are neither stored nor
+    /// erased (a damaged or tampered database); empty when all are there.
+    pub missing_blobs: Vec<String>,
 }
 
 /// Most read-model differences listed; the rest are counted.
@@ -65,18 +68,30 @@ impl Engine {
         if stats.cleanup != folded.stats {
             mismatches.push("cleanup statistics differ from the log".to_owned());
         }
+        let mut missing_blobs = Vec::new();
+        for hash in sandlog_projections::evidence::referenced_blobs(&self.store)? {
+            if self.store.blob_state(&hash)? == sandlog_eventstore::BlobState::Missing {
+                missing_blobs.push(hash.to_hex());
+            }
+        }
+        if missing_blobs.len() > MISMATCHES_LISTED_MAX {
+            let more = missing_blobs.len() - MISMATCHES_LISTED_MAX;
+            missing_blobs.truncate(MISMATCHES_LISTED_MAX);
+            missing_blobs.push(format!("… and {more} more"));
+        }
         if mismatches.len() > MISMATCHES_LISTED_MAX {
             let more = mismatches.len() - MISMATCHES_LISTED_MAX;
             mismatches.truncate(MISMATCHES_LISTED_MAX);
             mismatches.push(format!("… and {more} more"));
         }
         Ok(VerifyOutcome {
-            ok: mismatches.is_empty(),
+            ok: mismatches.is_empty() && missing_blobs.is_empty(),
             events: report.events,
             head: report.head_hash.to_hex(),
             position: report.head.0,
             digest_checked: digest.is_some(),
             read_model_mismatches: mismatches,
+            missing_blobs,
         })
     }
 

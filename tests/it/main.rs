@@ -6,6 +6,9 @@ mod engine;
 /// The event log: appends, tampering, concurrent writers, opening files,
 /// blobs, the append hook, queries, durability.
 mod eventstore;
+/// Evidence: restore at every position, SIGKILL while keeping evidence,
+/// erasure, holds, forks.
+mod evidence;
 /// Adopting hostile seed workspaces: links out, special files, deep trees.
 mod hostile_adopt;
 /// Leases: prune and delete beside a running execution in another
@@ -26,3 +29,6 @@ mod merkle;
 mod projections;
 /// Signed checkpoints and offline evidence bundles through the engine.
 mod proofs;
+/// The forensic HTML report: parsed, escaped, bounded, and rendered in
+/// headless Chromium.
+mod report;

@@ -307,3 +307,35 @@ fn root_settings_sign_checkpoints_every_n_events_and_on_prune() -> TestResult {
     }
     Ok(())
 }
+
+/// Goal: `verify` notices when bytes an event says were stored are gone
+/// (a tampered or damaged database), not only a broken chain. Method: run
+/// an execution that keeps its output, delete that blob behind sandlog's
+/// back, and check verify names it; an erased blob is not missing.
+#[test]
+fn verify_names_a_blob_that_events_say_was_stored_but_is_gone() -> TestResult {
+    let root = TestRoot::new()?;
+    let session = root.engine.create_session(BTreeMap::new())?.session_id;
+    let run = root
+        .engine
+        .execute(session, &ExecRequest::python("print('kept output 5a1f')"))?;
+    assert_eq!(run.stdout, b"kept output 5a1f\n");
+    assert!(root.engine.verify(None, &|_| {})?.ok);
+    let stdout_hash = sandlog_core::Hash::of(b"kept output 5a1f\n");
+    assert!(root.engine.store().has_blob(&stdout_hash)?);
+
+    let tamperer = rusqlite::Connection::open(&root.engine.layout().database)?;
+    tamperer.execute(
+        "DELETE FROM blob_chunks WHERE hash = ?1",
+        [stdout_hash.0.as_slice()],
+    )?;
+    tamperer.execute(
+        "DELETE FROM blob_index WHERE hash = ?1",
+        [stdout_hash.0.as_slice()],
+    )?;
+    drop(tamperer);
+    let outcome = root.engine.verify(None, &|_| {})?;
+    assert!(!outcome.ok);
+    assert_eq!(outcome.missing_blobs, vec![stdout_hash.to_hex()]);
+    Ok(())
+}

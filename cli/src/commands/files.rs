@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::args::FilesCommand;
 use crate::exit::CliError;
-use crate::output::Output;
+use crate::output::{Output, RawStdout};
 use crate::render;
 
 pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8, CliError> {
@@ -41,7 +41,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                 output.line(&table.to_string())?;
             }
         }
-        FilesCommand::Cat { id, path } => {
+        FilesCommand::Cat { id, path, at: None } => {
             let bytes =
                 engine.read_file(super::session_id(&id)?, &super::workspace_path(&path)?)?;
             let mut stdout = std::io::stdout().lock();
@@ -53,6 +53,47 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                     });
                 }
                 _ => {}
+            }
+        }
+        FilesCommand::Cat {
+            id,
+            path,
+            at: Some(at),
+        } => {
+            let session_id = super::session_id(&id)?;
+            let path = super::workspace_path(&path)?;
+            let cut = super::forensics::parse_cut(engine, &at)?;
+            // Streamed a chunk at a time: a past file is never loaded whole.
+            let mut stdout = RawStdout::new();
+            engine.read_file_at(session_id, &path, cut, &mut stdout)?;
+            stdout.finish()?;
+        }
+        FilesCommand::Restore { id, at, to } => {
+            let session_id = super::session_id(&id)?;
+            let cut = super::forensics::parse_cut(engine, &at)?;
+            let report = engine.restore(session_id, cut, &to)?;
+            if output.json {
+                output.json(&report)?;
+            } else {
+                output.line(&format!(
+                    "restored {} files ({}) of session {session_id} as of position {} into {}{}",
+                    report.files,
+                    format_size(report.bytes),
+                    report.position,
+                    render::host_path(&to),
+                    if report.missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} missing:", report.missing.len())
+                    }
+                ))?;
+                for missing in &report.missing {
+                    output.line(&format!(
+                        "  {}: {}",
+                        render::escaped(&missing.path),
+                        render::missing_reason(&missing.reason)
+                    ))?;
+                }
             }
         }
         FilesCommand::Put {

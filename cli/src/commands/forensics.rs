@@ -67,20 +67,28 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     Ok(0)
 }
 
-fn parse_cut(text: &str) -> Result<Cut, CliError> {
+/// Parses `--at POS|TIME`: an integer is a position; otherwise an RFC 3339
+/// time, or a duration meaning that long ago (`2h`, by the engine's clock).
+pub fn parse_cut(engine: &Engine, text: &str) -> Result<Cut, CliError> {
     if let Ok(position) = text.parse::<u64>() {
         return Ok(Cut::Position(Position(position)));
     }
-    Timestamp::parse(text)
-        .map(Cut::Time)
-        .map_err(|_| CliError::Usage {
-            kind: "invalid_cut",
-            message: format!("--at {text:?}: expected a position (integer) or an RFC 3339 time"),
-        })
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(Cut::Time(time));
+    }
+    if let Ok(ago) = sandlog_runtime::core::human::parse_duration(text) {
+        return Ok(Cut::Time(engine.clock().now().saturating_sub(ago)));
+    }
+    Err(CliError::Usage {
+        kind: "invalid_cut",
+        message: format!(
+            "--at {text:?}: expected a position (integer), an RFC 3339 time, or a duration meaning that long ago (`2h`)"
+        ),
+    })
 }
 
 pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, CliError> {
-    let cut = parse_cut(&args.at)?;
+    let cut = parse_cut(engine, &args.at)?;
     let position = cut
         .position(engine.store())
         .map_err(sandlog_runtime::RuntimeError::from)?;
@@ -148,10 +156,7 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
         // The chain and read models first, quietly; then the checkpoint.
         let outcome = engine.verify(None, &|_| {})?;
         if !outcome.ok {
-            return Err(CliError::Integrity(format!(
-                "the read models differ from the log in {} places",
-                outcome.read_model_mismatches.len()
-            )));
+            return Err(CliError::Integrity(not_ok_message(&outcome)));
         }
         return super::proofs::verify_checkpoint(engine, checkpoint, vkey, output);
     }
@@ -192,6 +197,7 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
             "position": outcome.position,
             "digest_checked": outcome.digest_checked,
             "read_model_mismatches": outcome.read_model_mismatches,
+            "missing_blobs": outcome.missing_blobs,
         }))?;
     } else if outcome.ok {
         output.line(&format!(
@@ -214,14 +220,32 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
                 render::escaped(mismatch)
             ))?;
         }
+        for hash in &outcome.missing_blobs {
+            output.line(&format!("{} {hash}", output.bad("missing blob:")))?;
+        }
     }
     if !outcome.ok {
-        return Err(CliError::Integrity(format!(
-            "the read models differ from the log in {} places (the chain itself is intact)",
-            outcome.read_model_mismatches.len()
-        )));
+        return Err(CliError::Integrity(not_ok_message(&outcome)));
     }
     Ok(0)
+}
+
+/// What a failed verify found, when the chain itself is intact.
+fn not_ok_message(outcome: &sandlog_runtime::VerifyOutcome) -> String {
+    let mut problems = Vec::new();
+    if !outcome.read_model_mismatches.is_empty() {
+        problems.push(format!(
+            "the read models differ from the log in {} places",
+            outcome.read_model_mismatches.len()
+        ));
+    }
+    if !outcome.missing_blobs.is_empty() {
+        problems.push(format!(
+            "{} blobs that events say were stored are missing from the database",
+            outcome.missing_blobs.len()
+        ));
+    }
+    format!("{} (the chain itself is intact)", problems.join("; "))
 }
 
 pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {

@@ -163,6 +163,10 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
         .store()
         .head()
         .map_err(sandlog_runtime::RuntimeError::from)?;
+    let blobs = engine
+        .store()
+        .blob_totals()
+        .map_err(sandlog_runtime::RuntimeError::from)?;
     let log_bytes = std::fs::metadata(&engine.layout().database)
         .map(|m| m.len())
         .unwrap_or(0)
@@ -180,6 +184,12 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
             "executions": stats.executions,
             "cleanup": stats.cleanup,
             "failed_intents": failed_intents,
+            "blobs": {
+                "kept": blobs.kept,
+                "kept_bytes": blobs.kept_bytes,
+                "stored_bytes": blobs.stored_bytes,
+                "erased": blobs.erased,
+            },
         }))?;
         return Ok(0);
     }
@@ -199,6 +209,16 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     ]);
     table.add_row(vec!["files".to_owned(), stats.files.to_string()]);
     table.add_row(vec!["executions".to_owned(), stats.executions.to_string()]);
+    table.add_row(vec![
+        "blobs kept".to_owned(),
+        format!(
+            "{} ({} raw, {} stored)",
+            blobs.kept,
+            format_size(blobs.kept_bytes),
+            format_size(blobs.stored_bytes)
+        ),
+    ]);
+    table.add_row(vec!["blobs erased".to_owned(), blobs.erased.to_string()]);
     let cleanup = &stats.cleanup;
     table.add_row(vec![
         "prune runs".to_owned(),

@@ -9,6 +9,8 @@ mod forensics;
 mod misc;
 mod proofs;
 mod prune;
+mod retention;
+mod report;
 mod session;
 
 use std::path::Path;
@@ -38,7 +40,11 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
             let engine = open(&root)?;
             match command {
                 Command::Session(command) => session::run(&engine, command, output),
-                Command::Exec(args) => exec::exec(&engine, args, output),
+                Command::Exec(command) => exec::run(&engine, command, output),
+                Command::Blob(command) => retention::blob(&engine, command),
+                Command::Erase(args) => retention::erase(&engine, args, output),
+                Command::Gc(args) => retention::gc(&engine, args, output),
+                Command::Config(command) => retention::config(&engine, command, output),
                 Command::Files(command) => files::run(&engine, command, output),
                 Command::Prune(args) => prune::prune(&engine, args, output),
                 Command::Reconcile(args) => prune::reconcile(&engine, args, output),
@@ -54,6 +60,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Prove(command) => proofs::prove(&engine, command, output),
                 Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
                 Command::Tree(command) => proofs::tree(&engine, command, output),
+                Command::Report(args) => report::report(&engine, args, output),
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man

@@ -2,8 +2,10 @@
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
+use sandlog_runtime::history::ExecutionRecord;
 use sandlog_runtime::projections::SessionStatus;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 use crate::args::{SessionCommand, StatusArg};
 use crate::exit::CliError;
@@ -37,6 +39,8 @@ pub fn session_document(
         "files": session.file_count,
         "legacy": session.legacy,
         "labels": session.labels,
+        "held": session.held.is_some(),
+        "hold_reason": session.held,
     })
 }
 
@@ -101,6 +105,16 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                     }
                     .to_owned(),
                 ]);
+                table.add_row(vec![
+                    "held".to_owned(),
+                    match &session.held {
+                        Some(reason) => format!(
+                            "yes: {} (never pruned, deleted or erased until `sandlog session release`)",
+                            render::escaped(reason)
+                        ),
+                        None => "no".to_owned(),
+                    },
+                ]);
                 for (key, value) in &session.labels {
                     table.add_row(vec![
                         format!("label {}", render::escape_for_terminal(key)),
@@ -111,12 +125,20 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Timeline { id } => {
-            let events = engine.session_events(super::session_id(&id)?)?;
+            let session_id = super::session_id(&id)?;
+            let events = engine.session_events(session_id)?;
+            // Each execution's code and output, a short excerpt each, by
+            // the position of its `session.executed` event.
+            let executions: BTreeMap<u64, ExecutionRecord> = engine
+                .execution_records(session_id, TIMELINE_EXCERPT_BYTES)?
+                .into_iter()
+                .map(|record| (record.position, record))
+                .collect();
             if output.json {
                 let documents: Vec<_> = events
                     .iter()
                     .map(|envelope| {
-                        json!({
+                        let mut document = json!({
                             "position": envelope.position,
                             "version": envelope.version,
                             "recorded_at": envelope.recorded_at,
@@ -125,7 +147,22 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                             "description": render::describe_exact(envelope),
                             "payload": serde_json::from_slice::<serde_json::Value>(&envelope.payload).unwrap_or(serde_json::Value::Null),
                             "hash": envelope.hash,
-                        })
+                        });
+                        if let (Some(record), Some(object)) = (
+                            executions.get(&envelope.position.0),
+                            document.as_object_mut(),
+                        ) {
+                            object.insert(
+                                "execution".into(),
+                                json!({
+                                    "number": record.number,
+                                    "code": record.code,
+                                    "stdout": record.stdout,
+                                    "stderr": record.stderr,
+                                }),
+                            );
+                        }
+                        document
                     })
                     .collect();
                 output.json(&documents)?;
@@ -139,6 +176,11 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                         render::describe(envelope),
                         render::escape_for_terminal(&envelope.actor)
                     ))?;
+                    if let Some(record) = executions.get(&envelope.position.0) {
+                        for line in execution_excerpt(record) {
+                            output.line(&line)?;
+                        }
+                    }
                 }
             }
         }
@@ -156,6 +198,105 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                 ))?;
             }
         }
+        SessionCommand::Fork { id, at, labels } => {
+            let origin = super::session_id(&id)?;
+            let cut = super::forensics::parse_cut(engine, &at)?;
+            let report = engine.fork(origin, cut, labels.into_iter().collect())?;
+            if output.json {
+                output.json(&report)?;
+            } else {
+                output.line(&report.session_id.to_string())?;
+                output.line(&format!(
+                    "forked from {} as of position {}: {} files{}",
+                    report.forked_from,
+                    report.at,
+                    report.files,
+                    if report.missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} missing:", report.missing.len())
+                    }
+                ))?;
+                for missing in &report.missing {
+                    output.line(&format!(
+                        "  {}: {}",
+                        render::escaped(&missing.path),
+                        render::missing_reason(&missing.reason)
+                    ))?;
+                }
+            }
+        }
+        SessionCommand::Hold { id, reason } => {
+            let session_id = super::session_id(&id)?;
+            engine.hold(session_id, &reason)?;
+            if output.json {
+                output.json(&json!({"session_id": session_id, "held": true}))?;
+            } else {
+                output.line(&format!(
+                    "held {session_id}: never pruned, deleted or erased until `sandlog session release {session_id}`"
+                ))?;
+            }
+        }
+        SessionCommand::Release { id, reason } => {
+            let session_id = super::session_id(&id)?;
+            engine.release(session_id, reason.as_deref())?;
+            if output.json {
+                output.json(&json!({"session_id": session_id, "held": false}))?;
+            } else {
+                output.line(&format!("released {session_id}: no longer held"))?;
+            }
+        }
     }
     Ok(0)
+}
+
+/// Bytes of code and of each output read per execution for a timeline:
+/// enough for the two lines shown.
+const TIMELINE_EXCERPT_BYTES: usize = 256;
+
+/// Lines shown per stream in a timeline.
+const TIMELINE_EXCERPT_LINES: usize = 2;
+
+/// Characters shown per line in a timeline.
+const TIMELINE_EXCERPT_WIDTH: usize = 100;
+
+/// The indented excerpt lines under an execution in a timeline: its code,
+/// stdout and (when not empty) stderr, or why they are not there.
+fn execution_excerpt(record: &ExecutionRecord) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (name, content) in [
+        ("code", &record.code),
+        ("stdout", &record.stdout),
+        ("stderr", &record.stderr),
+    ] {
+        let label = format!("{:>35}{name:<7}", "");
+        match content.state {
+            "kept" => {
+                let text = content.text.as_deref().unwrap_or_default();
+                if text.is_empty() {
+                    if name != "stderr" {
+                        lines.push(format!("{label}(empty)"));
+                    }
+                    continue;
+                }
+                let shown = render::excerpt_lines(
+                    text,
+                    content.excerpt,
+                    TIMELINE_EXCERPT_LINES,
+                    TIMELINE_EXCERPT_WIDTH,
+                );
+                for (index, line) in shown.iter().enumerate() {
+                    if index == 0 {
+                        lines.push(format!("{label}{line}"));
+                    } else {
+                        lines.push(format!("{:>42}{line}", ""));
+                    }
+                }
+            }
+            "erased" => lines.push(format!("{label}(erased)")),
+            _ if content.bytes == 0 && name == "stderr" => {}
+            _ => lines.push(format!("{label}(not kept)")),
+        }
+    }
+    lines
 }
