@@ -314,7 +314,7 @@ class VerifyResult:
     """What :meth:`Engine.verify` found (a broken chain raises :class:`IntegrityError`)."""
 
     ok: bool
-    """Whether the read models agree with the log."""
+    """Whether the read models agree with the log and every kept content is there."""
     events: int
     """Events checked."""
     head: str
@@ -323,6 +323,8 @@ class VerifyResult:
     """The head position."""
     read_model_mismatches: List[str]
     """Differences between the read models and a fold of the log."""
+    missing_blobs: List[str] = dataclasses.field(default_factory=list)
+    """Kept contents the events name whose bytes are neither stored nor erased."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -588,6 +590,7 @@ class Engine:
             head=raw["head"],
             position=raw["position"],
             read_model_mismatches=list(raw["read_model_mismatches"]),
+            missing_blobs=list(raw.get("missing_blobs", [])),
         )
 
     def reconcile(self, dry_run: bool = False) -> ReconcileResult:

@@ -433,7 +433,7 @@ def test_verify(engine: sandlog.Engine, sid: str) -> None:
     engine.write_file(sid, "a.txt", b"a")
     result = engine.verify()
     assert isinstance(result, sandlog.VerifyResult)
-    assert result.ok and result.read_model_mismatches == []
+    assert result.ok and result.read_model_mismatches == [] and result.missing_blobs == []
     assert result.events == result.position == len(list(engine.log()))
     assert len(result.head) == 64
 
