@@ -8,7 +8,6 @@
 //! at a time.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::Path;
 
 use sandlog_core::event::{
@@ -255,8 +254,8 @@ impl Engine {
         })
     }
 
-    /// Why a file's bytes cannot be read, or `None` when they can.
-    fn unavailable(&self, written: &FileWritten) -> Result<Option<(String, RuntimeError)>> {
+    /// Why a file's bytes were never stored, by its event alone.
+    fn not_kept(&self, written: &FileWritten) -> Option<(String, RuntimeError)> {
         let what = format!("{} (written with hash {})", written.path, written.blake3);
         if !written.content_stored() {
             let reason = written.not_kept.unwrap_or(NotKept::Off);
@@ -264,16 +263,16 @@ impl Engine {
                 None => "written by the guest before sandlog kept evidence".to_owned(),
                 Some(_) => reason.describe().to_owned(),
             };
-            return Ok(Some((
+            return Some((
                 reason.as_str().to_owned(),
                 RuntimeError::ContentNotKept {
                     what,
                     reason: text,
                     hash: written.blake3.to_string(),
                 },
-            )));
+            ));
         }
-        self.blob_unavailable(&written.blake3, what)
+        None
     }
 
     /// Why a blob cannot be read, or `None` when it can.
@@ -332,14 +331,23 @@ impl Engine {
         if self.store.blob_state(hash)? == BlobState::Missing {
             return Err(RuntimeError::BlobNotFound(hash.to_string()));
         }
-        if let Some((_, error)) = self.blob_unavailable(hash, format!("blob {hash}"))? {
-            return Err(error);
-        }
+        self.copy_blob(hash, out, &|| format!("blob {hash}"))
+    }
+
+    /// Streams a blob to `out`: one read that checks the state and copies;
+    /// the reason it cannot (erased meanwhile, say) only when it fails.
+    fn copy_blob(
+        &self,
+        hash: &Hash,
+        out: &mut dyn std::io::Write,
+        what: &dyn Fn() -> String,
+    ) -> Result<u64> {
         match self.store.read_blob(hash, out)? {
             BlobState::Kept { size, .. } => Ok(size),
-            _ => match self.blob_unavailable(hash, format!("blob {hash}"))? {
+            _ => match self.blob_unavailable(hash, what())? {
                 Some((_, error)) => Err(error),
-                None => Ok(0),
+                // Stored again between the two reads: read it again.
+                None => self.copy_blob(hash, out, what),
             },
         }
     }
@@ -360,10 +368,12 @@ impl Engine {
                 path: format!("{path} (at position {})", past.position),
             });
         };
-        if let Some((_, error)) = self.unavailable(written)? {
+        if let Some((_, error)) = self.not_kept(written) {
             return Err(error);
         }
-        self.cat_blob(&written.blake3, out)
+        self.copy_blob(&written.blake3, out, &|| {
+            format!("{} (written with hash {})", written.path, written.blake3)
+        })
     }
 
     /// Writes the whole workspace as it was at `cut` into `to`, which must
@@ -380,21 +390,13 @@ impl Engine {
             position: past.position.0,
         };
         for (path, written) in &past.writes {
-            if let Some((reason, _)) = self.unavailable(written)? {
-                report.missing.push(MissingFile {
-                    path: path.clone(),
-                    reason,
-                });
-                continue;
+            match self.copy_file(&target, path, written, false)? {
+                Ok(size) => {
+                    report.files += 1;
+                    report.bytes += size;
+                }
+                Err(missing) => report.missing.push(missing),
             }
-            let mut file = target.create_new(path)?;
-            let size = self.cat_blob(&written.blake3, &mut file)?;
-            file.flush().map_err(RuntimeError::io(format!(
-                "writing {path} under {}",
-                to.display()
-            )))?;
-            report.files += 1;
-            report.bytes += size;
         }
         Ok(report)
     }
@@ -576,6 +578,43 @@ impl Engine {
         Ok(content)
     }
 
+    /// Writes one file of a past workspace into `target` from its blob
+    /// (synced with `sync`: a fork's files must be durable before the
+    /// events that record them); the file as missing (and nothing left written) when its
+    /// bytes are not available.
+    fn copy_file(
+        &self,
+        target: &Workspace,
+        path: &WorkspacePath,
+        written: &FileWritten,
+        sync: bool,
+    ) -> Result<std::result::Result<u64, MissingFile>> {
+        let missing = |reason: &str| MissingFile {
+            path: path.clone(),
+            reason: reason.to_owned(),
+        };
+        if let Some((reason, _)) = self.not_kept(written) {
+            return Ok(Err(missing(&reason)));
+        }
+        let mut file = target.create_new(path)?;
+        let state = self.store.read_blob(&written.blake3, &mut file)?;
+        let BlobState::Kept { size, .. } = state else {
+            drop(file);
+            target.remove(path, false)?;
+            return Ok(Err(missing(match state {
+                BlobState::Erased { .. } => "erased",
+                _ => "not_stored",
+            })));
+        };
+        if sync {
+            file.sync_all().map_err(RuntimeError::io(format!(
+                "writing {path} under {}",
+                target.path().display()
+            )))?;
+        }
+        Ok(Ok(size))
+    }
+
     /// Makes a new session whose workspace is `origin`'s as it was at
     /// `cut` (`session fork`): `session.created`, `session.forked` naming
     /// the origin and position, and a `file.written` per file copied, in
@@ -656,17 +695,13 @@ impl Engine {
         let mut copied = Vec::new();
         let mut missing = Vec::new();
         for (path, written) in &past.writes {
-            if let Some((reason, _)) = self.unavailable(written)? {
-                missing.push(MissingFile {
-                    path: path.clone(),
-                    reason,
-                });
-                continue;
-            }
-            let mut file = workspace.create_new(path)?;
-            let size = self.cat_blob(&written.blake3, &mut file)?;
-            file.sync_all()
-                .map_err(RuntimeError::io(format!("syncing {path} of the fork")))?;
+            let size = match self.copy_file(&workspace, path, written, true)? {
+                Ok(size) => size,
+                Err(file) => {
+                    missing.push(file);
+                    continue;
+                }
+            };
             copied.push(FileWritten::kept(
                 path.clone(),
                 size,

@@ -9,8 +9,8 @@ mod forensics;
 mod misc;
 mod proofs;
 mod prune;
-mod retention;
 mod report;
+mod retention;
 mod session;
 
 use std::path::Path;
