@@ -1,5 +1,6 @@
-//! Appending: one `BEGIN IMMEDIATE` transaction per batch, an
-//! expected-version check per stream, gapless positions, the hash link, and
+//! Appending: one `BEGIN IMMEDIATE` transaction per batch (of one stream,
+//! or of several with [`EventStore::append_batch`]), an expected-version
+//! check per stream, gapless positions, the hash link, and
 //! idempotent retries by event id.
 
 use std::collections::HashSet;
@@ -49,15 +50,15 @@ pub struct Head {
     pub recorded_at: Option<Timestamp>,
 }
 
-fn validate_batch(events: &[NewEvent]) -> Result<()> {
+fn validate_batch<'a>(events: impl Iterator<Item = &'a NewEvent> + Clone) -> Result<()> {
     let invalid = |reason: String| Err(EventStoreError::InvalidBatch(reason));
-    if events.len() > BATCH_EVENTS_MAX {
+    let count = events.clone().count();
+    if count > BATCH_EVENTS_MAX {
         return invalid(format!(
-            "{} events in one append; the limit is {BATCH_EVENTS_MAX}",
-            events.len()
+            "{count} events in one append; the limit is {BATCH_EVENTS_MAX}"
         ));
     }
-    let mut ids = HashSet::with_capacity(events.len());
+    let mut ids = HashSet::with_capacity(count);
     for event in events {
         if event.kind.is_empty() || event.kind.len() > KIND_BYTES_MAX {
             return invalid(format!(
@@ -175,31 +176,85 @@ impl EventStore {
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>> {
-        validate_batch(events)?;
-        let Some(first) = events.first() else {
+        self.append_parts(&[Part {
+            stream,
+            expected,
+            events,
+        }])
+    }
+
+    /// Appends to several streams in one transaction: all of it or none.
+    ///
+    /// Every invariant of [`EventStore::append`] holds for the whole batch:
+    /// each stream is checked against its own expected version (the first
+    /// stream, in the order given, that does not match fails the call with
+    /// [`EventStoreError::VersionConflict`] naming it, and nothing is
+    /// appended), positions stay gapless in the order given, the hash chain
+    /// and the Merkle tree cover every event, the append hook sees every
+    /// envelope in the same transaction, and a retry of a stored batch
+    /// (its first event's id is stored) returns the stored envelopes. The
+    /// events of all streams together are bounded by `BATCH_EVENTS_MAX`; a
+    /// stream may appear once. Entries without events are ignored.
+    ///
+    /// Returns the envelopes in position order.
+    pub fn append_batch(
+        &self,
+        batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
+    ) -> Result<Vec<Envelope>> {
+        let parts: Vec<Part<'_>> = batch
+            .iter()
+            .map(|(stream, expected, events)| Part {
+                stream: *stream,
+                expected: *expected,
+                events,
+            })
+            .collect();
+        self.append_parts(&parts)
+    }
+
+    fn append_parts(&self, parts: &[Part<'_>]) -> Result<Vec<Envelope>> {
+        let parts: Vec<&Part<'_>> = parts
+            .iter()
+            .filter(|part| !part.events.is_empty())
+            .collect();
+        validate_batch(parts.iter().flat_map(|part| part.events.iter()))?;
+        let Some(first) = parts.first().and_then(|part| part.events.first()) else {
             return Ok(Vec::new());
         };
+        let mut streams = HashSet::with_capacity(parts.len());
+        for part in &parts {
+            if !streams.insert(part.stream) {
+                return Err(EventStoreError::InvalidBatch(format!(
+                    "stream {} appears twice in the batch",
+                    part.stream
+                )));
+            }
+        }
         self.check_not_poisoned()?;
-        let stream_text = stream.to_string();
+        let stream_texts: Vec<String> = parts.iter().map(|part| part.stream.to_string()).collect();
         let mut connection = self.lock_writer();
         let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
 
-        if let Some(stored) = stored_batch(&transaction, &stream_text, events, first)? {
+        if let Some(stored) = stored_batch(&transaction, &parts, &stream_texts, first)? {
             return Ok(stored);
         }
 
-        let actual = read_stream_version(&transaction, &stream_text)?;
-        let matches = match expected {
-            ExpectedVersion::Any => true,
-            ExpectedVersion::NoStream => actual.is_none(),
-            ExpectedVersion::Exact(version) => actual == Some(version),
-        };
-        if !matches {
-            return Err(EventStoreError::VersionConflict {
-                stream,
-                expected,
-                actual,
-            });
+        let mut versions = Vec::with_capacity(parts.len());
+        for (part, stream_text) in parts.iter().zip(&stream_texts) {
+            let actual = read_stream_version(&transaction, stream_text)?;
+            let matches = match part.expected {
+                ExpectedVersion::Any => true,
+                ExpectedVersion::NoStream => actual.is_none(),
+                ExpectedVersion::Exact(version) => actual == Some(version),
+            };
+            if !matches {
+                return Err(EventStoreError::VersionConflict {
+                    stream: part.stream,
+                    expected: part.expected,
+                    actual,
+                });
+            }
+            versions.push(actual.unwrap_or_default());
         }
 
         let head = read_head(&transaction)?;
@@ -207,7 +262,8 @@ impl EventStore {
         // does: a time cut of the log is then a position cut.
         let now = self.clock.now();
         let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
-        let mut envelopes = Vec::with_capacity(events.len());
+        let total: usize = parts.iter().map(|part| part.events.len()).sum();
+        let mut envelopes = Vec::with_capacity(total);
         {
             let mut insert = transaction.prepare_cached(
                 "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
@@ -216,67 +272,69 @@ impl EventStore {
             )?;
             let mut prev_hash = head.hash;
             let mut position = head.position;
-            let mut version = actual.unwrap_or_default();
-            for event in events {
-                position = position.next();
-                version = version.next();
-                let fields = EnvelopeFields {
-                    position: position.0,
-                    stream: &stream_text,
-                    version: version.0,
-                    event_id: event.event_id.0.as_bytes(),
-                    kind: &event.kind,
-                    schema: event.schema,
-                    recorded_at_micros: recorded_at.unix_micros(),
-                    actor: &event.actor,
-                    correlation_id: event
-                        .correlation_id
-                        .as_ref()
-                        .map_or(&[], |id| id.as_bytes()),
-                    causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
-                    payload: &event.payload,
-                };
-                let hash = chain_hash(&prev_hash, &fields);
-                let inserted = insert.execute(params![
-                    to_i64(position.0, "position")?,
-                    stream_text,
-                    to_i64(version.0, "version")?,
-                    fields.event_id,
-                    event.kind,
-                    event.schema,
-                    recorded_at.unix_micros(),
-                    event.actor,
-                    event
-                        .correlation_id
-                        .as_ref()
-                        .map(|id| id.as_bytes().as_slice()),
-                    event
-                        .causation_id
-                        .as_ref()
-                        .map(|id| id.as_bytes().as_slice()),
-                    event.payload,
-                    prev_hash.0.as_slice(),
-                    hash.0.as_slice(),
-                ]);
-                if let Err(error) = inserted {
-                    return Err(map_insert_error(&transaction, error, event)?);
+            for ((part, stream_text), mut version) in parts.iter().zip(&stream_texts).zip(versions)
+            {
+                for event in part.events {
+                    position = position.next();
+                    version = version.next();
+                    let fields = EnvelopeFields {
+                        position: position.0,
+                        stream: stream_text,
+                        version: version.0,
+                        event_id: event.event_id.0.as_bytes(),
+                        kind: &event.kind,
+                        schema: event.schema,
+                        recorded_at_micros: recorded_at.unix_micros(),
+                        actor: &event.actor,
+                        correlation_id: event
+                            .correlation_id
+                            .as_ref()
+                            .map_or(&[], |id| id.as_bytes()),
+                        causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+                        payload: &event.payload,
+                    };
+                    let hash = chain_hash(&prev_hash, &fields);
+                    let inserted = insert.execute(params![
+                        to_i64(position.0, "position")?,
+                        stream_text,
+                        to_i64(version.0, "version")?,
+                        fields.event_id,
+                        event.kind,
+                        event.schema,
+                        recorded_at.unix_micros(),
+                        event.actor,
+                        event
+                            .correlation_id
+                            .as_ref()
+                            .map(|id| id.as_bytes().as_slice()),
+                        event
+                            .causation_id
+                            .as_ref()
+                            .map(|id| id.as_bytes().as_slice()),
+                        event.payload,
+                        prev_hash.0.as_slice(),
+                        hash.0.as_slice(),
+                    ]);
+                    if let Err(error) = inserted {
+                        return Err(map_insert_error(&transaction, error, event)?);
+                    }
+                    envelopes.push(Envelope {
+                        position,
+                        stream: part.stream,
+                        version,
+                        event_id: event.event_id,
+                        kind: event.kind.clone(),
+                        schema: event.schema,
+                        recorded_at,
+                        actor: event.actor.clone(),
+                        correlation_id: event.correlation_id,
+                        causation_id: event.causation_id,
+                        payload: event.payload.clone(),
+                        prev_hash,
+                        hash,
+                    });
+                    prev_hash = hash;
                 }
-                envelopes.push(Envelope {
-                    position,
-                    stream,
-                    version,
-                    event_id: event.event_id,
-                    kind: event.kind.clone(),
-                    schema: event.schema,
-                    recorded_at,
-                    actor: event.actor.clone(),
-                    correlation_id: event.correlation_id,
-                    causation_id: event.causation_id,
-                    payload: event.payload.clone(),
-                    prev_hash,
-                    hash,
-                });
-                prev_hash = hash;
             }
         }
         // The tree grows in the same transaction: it always covers the log.
@@ -295,48 +353,59 @@ impl EventStore {
     }
 }
 
+/// One stream's share of an append.
+struct Part<'a> {
+    stream: StreamId,
+    expected: ExpectedVersion,
+    events: &'a [NewEvent],
+}
+
 /// The idempotency check: if `first`'s id is stored, returns the stored
-/// batch (or an error if it is not the same batch).
+/// batch (or an error if it is not the same batch, stream by stream, at
+/// consecutive positions).
 fn stored_batch(
     transaction: &Transaction<'_>,
-    stream_text: &str,
-    events: &[NewEvent],
+    parts: &[&Part<'_>],
+    stream_texts: &[String],
     first: &NewEvent,
 ) -> Result<Option<Vec<Envelope>>> {
     let Some(first_stored) = stored_by_id(transaction, first)? else {
         return Ok(None);
     };
-    let mut stored = Vec::with_capacity(events.len());
+    let total: usize = parts.iter().map(|part| part.events.len()).sum();
+    let mut stored = Vec::with_capacity(total);
     let mut expected_position = first_stored.position;
-    for event in events {
-        let envelope = match stored_by_id(transaction, event)? {
-            Some(envelope) => envelope,
-            None => {
+    for (part, stream_text) in parts.iter().zip(stream_texts) {
+        for event in part.events {
+            let envelope = match stored_by_id(transaction, event)? {
+                Some(envelope) => envelope,
+                None => {
+                    return Err(EventStoreError::EventIdReused {
+                        event_id: first.event_id,
+                        position: first_stored.position,
+                    });
+                }
+            };
+            let same = envelope.position == expected_position
+                && envelope.stream.to_string() == *stream_text
+                && envelope.kind == event.kind
+                && envelope.schema == event.schema
+                && envelope.payload == event.payload
+                && envelope.actor == event.actor
+                && envelope.correlation_id == event.correlation_id
+                && envelope.causation_id == event.causation_id;
+            if !same {
                 return Err(EventStoreError::EventIdReused {
-                    event_id: first.event_id,
-                    position: first_stored.position,
+                    event_id: event.event_id,
+                    position: envelope.position,
                 });
             }
-        };
-        let same = envelope.position == expected_position
-            && envelope.stream.to_string() == stream_text
-            && envelope.kind == event.kind
-            && envelope.schema == event.schema
-            && envelope.payload == event.payload
-            && envelope.actor == event.actor
-            && envelope.correlation_id == event.correlation_id
-            && envelope.causation_id == event.causation_id;
-        if !same {
-            return Err(EventStoreError::EventIdReused {
-                event_id: event.event_id,
-                position: envelope.position,
-            });
+            expected_position = expected_position.next();
+            stored.push(envelope);
         }
-        expected_position = expected_position.next();
-        stored.push(envelope);
     }
     tracing::debug!(
-        events = events.len(),
+        events = total,
         "append was a retry of a stored batch; nothing appended"
     );
     Ok(Some(stored))

@@ -33,7 +33,7 @@ use sandlog_core::event::{
 };
 use sandlog_core::limits::{BATCH_EVENTS_MAX, PAYLOAD_BYTES_MAX};
 use sandlog_core::{NewEvent, SessionId, Timestamp, WorkspacePath};
-use sandlog_eventstore::ExpectedVersion;
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
@@ -66,6 +66,18 @@ pub const ADOPT_DEPTH_MAX: usize = 256;
 /// the rest of the event; entries past it are still neutralised and are
 /// counted in `unrecorded` (and logged) instead of listed.
 pub const ADOPT_RECORD_BYTES_MAX: usize = PAYLOAD_BYTES_MAX / 2;
+
+/// Most sessions one append records during adoption. Their moves share
+/// one fsync of `workspaces/` and their events one transaction, instead of
+/// one of each per session; the bound keeps what a crash can leave
+/// half-done (moved, not yet recorded: orphans that `reconcile`
+/// quarantines) and what is held in memory small.
+pub const ADOPT_BATCH_SESSIONS: usize = 256;
+
+/// Most payload bytes of the events one adoption append holds. A single
+/// workspace needing more (many files) is appended alone; it is bounded by
+/// [`ADOPT_ENTRIES_MAX`] and [`ADOPT_RECORD_BYTES_MAX`].
+pub const ADOPT_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// What adoption did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -374,8 +386,54 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A workspace moved into the root and ready to be recorded.
+struct Prepared {
+    session_id: SessionId,
+    name: String,
+    status: MetadataStatus,
+    neutralised: Neutralised,
+    events: Vec<NewEvent>,
+}
+
+impl Prepared {
+    fn payload_bytes(&self) -> usize {
+        self.events.iter().map(|event| event.payload.len()).sum()
+    }
+}
+
+/// Workspaces prepared but not yet recorded: one append for all of them.
+#[derive(Default)]
+struct AdoptBatch {
+    prepared: Vec<Prepared>,
+    events: usize,
+    bytes: usize,
+}
+
+impl AdoptBatch {
+    /// Whether `next` must go into a batch of its own: this one would pass
+    /// a bound with it. A batch always takes one workspace.
+    fn is_full_for(&self, next: &Prepared) -> bool {
+        !self.prepared.is_empty()
+            && (self.prepared.len() >= ADOPT_BATCH_SESSIONS
+                || self.events + next.events.len() > BATCH_EVENTS_MAX
+                || self.bytes + next.payload_bytes() > ADOPT_BATCH_BYTES_MAX)
+    }
+
+    fn push(&mut self, prepared: Prepared) {
+        self.events += prepared.events.len();
+        self.bytes += prepared.payload_bytes();
+        self.prepared.push(prepared);
+    }
+}
+
 impl Engine {
     /// Adopts every UUID-named directory in `source` (M4).
+    ///
+    /// Workspaces are moved and inspected one by one and recorded in
+    /// batches of up to [`ADOPT_BATCH_SESSIONS`]: one fsync of
+    /// `workspaces/`, then one append of every `session.adopted` and
+    /// `file.written` of the batch, each session's stream expected not to
+    /// exist yet.
     pub fn adopt(&self, source: &Path, progress: Progress<'_>) -> Result<AdoptReport> {
         let mut report = AdoptReport::default();
         let entries: Vec<_> = std::fs::read_dir(source)
@@ -384,6 +442,7 @@ impl Engine {
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?;
         let in_place = source.canonicalize().ok() == self.layout.workspaces.canonicalize().ok();
         let total = entries.len() as u64;
+        let mut batch = AdoptBatch::default();
         for (index, entry) in entries.iter().enumerate() {
             progress(index as u64, total);
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -412,22 +471,100 @@ impl Engine {
                     continue;
                 }
             };
-            match self.adopt_one(session_id, &entry.path(), in_place, &findings) {
-                Ok((status, neutralised)) => {
-                    match status {
-                        MetadataStatus::Ok => report.adopted.push(session_id),
-                        MetadataStatus::Missing => report.legacy.push(session_id),
-                        MetadataStatus::Corrupted => report.corrupted.push(session_id),
+            match self.prepare_adoption(session_id, &entry.path(), in_place, &findings) {
+                Ok((status, neutralised, events)) => {
+                    let prepared = Prepared {
+                        session_id,
+                        name,
+                        status,
+                        neutralised,
+                        events,
+                    };
+                    if batch.is_full_for(&prepared) {
+                        self.record_adopted(std::mem::take(&mut batch), in_place, &mut report);
                     }
-                    if !neutralised.is_empty() {
-                        report.neutralised.push(neutralised);
-                    }
+                    batch.push(prepared);
                 }
                 Err(error) => report.skipped.push((name, error.to_string())),
             }
         }
+        self.record_adopted(batch, in_place, &mut report);
         progress(total, total);
         Ok(report)
+    }
+
+    /// Records a batch of prepared workspaces in one append, after one
+    /// fsync of `workspaces/` makes their moves durable. A session whose
+    /// stream appeared meanwhile (another process adopted it) is left out
+    /// and the rest appended again; any other failure skips the whole
+    /// batch, its directories staying in `workspaces/` unrecorded (as
+    /// orphans for `reconcile`), as one unrecorded workspace did before.
+    fn record_adopted(&self, batch: AdoptBatch, in_place: bool, report: &mut AdoptReport) {
+        let mut prepared = batch.prepared;
+        if prepared.is_empty() {
+            return;
+        }
+        let skip_all = |prepared: Vec<Prepared>, report: &mut AdoptReport, reason: String| {
+            for item in prepared {
+                tracing::warn!(target: "sandlog::lifecycle", session_id = %item.session_id, %reason, "workspace not adopted");
+                report.skipped.push((item.name, reason.clone()));
+            }
+        };
+        if !in_place && let Err(error) = fsync_dir(&self.layout.workspaces) {
+            let error = RuntimeError::io("syncing workspaces")(error);
+            skip_all(prepared, report, error.to_string());
+            return;
+        }
+        let mut parts: Vec<_> = prepared
+            .iter_mut()
+            .map(|item| {
+                (
+                    item.session_id.stream(),
+                    ExpectedVersion::NoStream,
+                    std::mem::take(&mut item.events),
+                )
+            })
+            .collect();
+        loop {
+            match self.store.append_batch(&parts) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    let Some(index) = parts.iter().position(|(other, _, _)| *other == stream)
+                    else {
+                        skip_all(
+                            prepared,
+                            report,
+                            format!("recording the adoption failed: conflict on {stream}"),
+                        );
+                        return;
+                    };
+                    parts.remove(index);
+                    let item = prepared.remove(index);
+                    report
+                        .skipped
+                        .push((item.name, "already known to this root".to_owned()));
+                    if parts.is_empty() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    skip_all(prepared, report, RuntimeError::from(error).to_string());
+                    return;
+                }
+            }
+        }
+        for (item, (_, _, events)) in prepared.into_iter().zip(parts) {
+            let session_id = item.session_id;
+            tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?item.status, files = events.len() - 1, refused = item.neutralised.refused.len(), copied_links = item.neutralised.copied_links.len(), "adopted");
+            match item.status {
+                MetadataStatus::Ok => report.adopted.push(session_id),
+                MetadataStatus::Missing => report.legacy.push(session_id),
+                MetadataStatus::Corrupted => report.corrupted.push(session_id),
+            }
+            if !item.neutralised.is_empty() {
+                report.neutralised.push(item.neutralised);
+            }
+        }
     }
 
     /// Refuses and copies what inspection found, in the workspace now at
@@ -543,13 +680,17 @@ impl Engine {
         }
     }
 
-    fn adopt_one(
+    /// Moves one workspace into the root, neutralises what inspection
+    /// found, takes its metadata out and builds the events that record it
+    /// (appended by [`Engine::record_adopted`]). `workspaces/` is not
+    /// synced here: the batch syncs it once before its append.
+    fn prepare_adoption(
         &self,
         session_id: SessionId,
         source: &Path,
         in_place: bool,
         findings: &[Finding],
-    ) -> Result<(MetadataStatus, Neutralised)> {
+    ) -> Result<(MetadataStatus, Neutralised, Vec<NewEvent>)> {
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
         let (status, timestamps) = match read_seed_metadata(
@@ -579,7 +720,6 @@ impl Engine {
                 source.display(),
                 target.display()
             )))?;
-            fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
         }
         let neutralised = match self.neutralise(session_id, &target, findings) {
             Ok(neutralised) => neutralised,
@@ -644,10 +784,7 @@ impl Engine {
             };
             events.push(self.event(&Event::FileWritten(file)));
         }
-        self.store
-            .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
-        tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?status, files = events.len() - 1, refused = neutralised.refused.len(), copied_links = neutralised.copied_links.len(), "adopted");
-        Ok((status, neutralised))
+        Ok((status, neutralised, events))
     }
 }
 

@@ -18,7 +18,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use sandlog_core::event::{
@@ -34,7 +35,7 @@ use sandlog_projections::query;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Layout};
 use crate::error::{Result, RuntimeError};
 use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
 use crate::workspace::fsync_dir;
@@ -140,29 +141,149 @@ pub struct DeleteReport {
 /// Progress of a long operation, for progress bars.
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
+/// Most sessions one prune batch destroys. A batch's intents are one
+/// append and its completions another, so the two commits (and one fsync
+/// of `workspaces/`) are shared by the whole batch; its sessions' leases
+/// are held from the first append to the second, one open file each, so
+/// the bound keeps a prune well under the usual soft limit of 1,024
+/// descriptors.
+pub const PRUNE_BATCH_SESSIONS: usize = 256;
+
+/// Most threads removing workspace directories at once. Removing a small
+/// directory is a few metadata operations whose latency (the filesystem's
+/// journal, the disk) is waiting rather than computing, so several
+/// removals in flight overlap it even on few cores; past a handful more
+/// threads only contend for the same directory.
+pub const REMOVE_THREADS_MAX: usize = 8;
+
+/// Fewest removals a thread is given: below that, starting the thread costs
+/// more than it saves.
+const REMOVALS_PER_THREAD_MIN: usize = 8;
+
+/// A prune candidate whose session this run holds: its in-process lock and
+/// its exclusive lease.
+struct Held<'a, 'l> {
+    candidate: &'a PruneCandidate,
+    lease: Lease,
+    _guard: MutexGuard<'l, ()>,
+}
+
+/// Removes a session's workspace directory (without syncing its parent):
+/// the fault injector first, then the removal; returns the bytes it held.
+fn remove_workspace_unsynced(
+    layout: &Layout,
+    fault: Option<&SharedFaultInjector>,
+    session_id: SessionId,
+) -> Result<u64> {
+    let path = layout.workspace(session_id);
+    if let Some(fault) = fault {
+        fault
+            .before_remove(session_id, &path)
+            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+    }
+    // By directory handle: any tree a guest can build (deeper than
+    // PATH_MAX, say) is measured and removed with O(1) descriptors.
+    crate::workspace::remove_dir_tree(&path)
+        .map_err(RuntimeError::io(format!("removing {}", path.display())))
+}
+
 impl Engine {
     /// Removes a session's workspace directory and fsyncs its parent;
     /// returns the bytes it held.
     pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
-        let path = self.layout.workspace(session_id);
-        if let Some(fault) = &self.options.fault {
-            fault
-                .before_remove(session_id, &path)
-                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
-        }
-        // By directory handle: any tree a guest can build (deeper than
-        // PATH_MAX, say) is measured and removed with O(1) descriptors.
-        let bytes = crate::workspace::remove_dir_tree(&path)
-            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        let bytes =
+            remove_workspace_unsynced(&self.layout, self.options.fault.as_ref(), session_id)?;
+        self.sync_workspaces()?;
+        Ok(bytes)
+    }
+
+    fn sync_workspaces(&self) -> Result<()> {
         fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
             "syncing {}",
             self.layout.workspaces.display()
-        )))?;
-        Ok(bytes)
+        )))
+    }
+
+    /// Removes the workspaces of `sessions` on up to
+    /// [`REMOVE_THREADS_MAX`] threads, then fsyncs `workspaces/` once, so
+    /// every removal reported `Ok` is durable. Results are in the order
+    /// given; `removed` is called after each removal.
+    pub(crate) fn remove_workspaces(
+        &self,
+        sessions: &[SessionId],
+        removed: &(dyn Fn() + Sync),
+    ) -> Vec<Result<u64>> {
+        let layout = &self.layout;
+        let fault = self.options.fault.as_ref();
+        let remove = |session_id: SessionId| {
+            let result = remove_workspace_unsynced(layout, fault, session_id);
+            removed();
+            result
+        };
+        let threads = REMOVE_THREADS_MAX
+            .min(sessions.len() / REMOVALS_PER_THREAD_MIN)
+            .max(1);
+        let mut results: Vec<Result<u64>> = if threads == 1 {
+            sessions
+                .iter()
+                .map(|&session_id| remove(session_id))
+                .collect()
+        } else {
+            let per_thread = sessions.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = sessions
+                    .chunks(per_thread)
+                    .map(|chunk| {
+                        let remove = &remove;
+                        std::thread::Builder::new()
+                            .name("sandlog-remove".to_owned())
+                            .spawn_scoped(scope, move || {
+                                chunk.iter().map(|&id| remove(id)).collect::<Vec<_>>()
+                            })
+                    })
+                    .collect();
+                let mut results = Vec::with_capacity(sessions.len());
+                for (worker, chunk) in workers.into_iter().zip(sessions.chunks(per_thread)) {
+                    // A thread that cannot be started (or panicked) leaves
+                    // its share to this one.
+                    match worker.map(|handle| handle.join()) {
+                        Ok(Ok(chunk_results)) => results.extend(chunk_results),
+                        _ => results.extend(chunk.iter().map(|&id| remove(id))),
+                    }
+                }
+                results
+            })
+        };
+        if results.iter().any(Result::is_ok)
+            && let Err(error) = self.sync_workspaces()
+        {
+            // Whether the removals reached the disk is unknown: none is
+            // reported done.
+            let message = error.to_string();
+            for result in &mut results {
+                if result.is_ok() {
+                    *result = Err(RuntimeError::Io {
+                        context: message.clone(),
+                        source: std::io::Error::other("the removal may not be durable"),
+                    });
+                }
+            }
+        }
+        results
     }
 
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
     /// nothing, and lists exactly the sessions a real run would delete now.
+    ///
+    /// A real run works in batches of up to [`PRUNE_BATCH_SESSIONS`]:
+    /// it takes each session's lock and exclusive lease (a busy session is
+    /// skipped), appends every intent in one transaction (each expecting
+    /// the version the candidate was read at), removes the directories in
+    /// parallel, fsyncs `workspaces/` once, and appends every completion
+    /// in one transaction. A crash anywhere leaves each session either
+    /// untouched (its intent was not committed) or pending (committed),
+    /// which `Engine::open` finishes. `progress` is first called before
+    /// any session is taken.
     pub fn prune(
         &self,
         policy: &PrunePolicy,
@@ -214,9 +335,18 @@ impl Engine {
             &[self.event(&started_event).correlated(correlation)],
         )?;
         let total = plan.candidates.len() as u64;
-        for (index, candidate) in plan.candidates.iter().enumerate() {
-            progress(index as u64, total);
-            self.prune_one(candidate, policy, run_id, &mut report);
+        progress(0, total);
+        let done = AtomicU64::new(0);
+        let advance = || {
+            let done = done.fetch_add(1, Ordering::Relaxed) + 1;
+            progress(done.min(total), total);
+        };
+        for batch in plan.candidates.chunks(PRUNE_BATCH_SESSIONS) {
+            let settled = self.prune_batch(batch, policy, run_id, &mut report, &advance);
+            // Sessions kept or failed before removal still count as done.
+            for _ in 0..settled {
+                advance();
+            }
         }
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;
@@ -237,111 +367,220 @@ impl Engine {
         Ok(report)
     }
 
-    fn prune_one(
+    /// Skips a session in a prune run's report.
+    fn prune_skip(report: &mut PruneReport, session_id: SessionId, reason: String) {
+        tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
+        report.skipped_sessions.push(session_id);
+        report.skipped_reasons.insert(session_id, reason);
+    }
+
+    /// One batch of a prune run (see [`Engine::prune`]). Returns how many
+    /// of its candidates never reached removal (kept or failed before), for
+    /// the progress count; `removed` is called after each removal.
+    fn prune_batch(
         &self,
-        candidate: &PruneCandidate,
+        batch: &[PruneCandidate],
         policy: &PrunePolicy,
         run_id: Uuid,
         report: &mut PruneReport,
-    ) {
-        let session_id = candidate.session_id;
-        let lock = self.lock_session(session_id);
-        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Held through intent, removal and completion: an execution cannot
-        // start in between, and one that runs now keeps its workspace.
-        let lease = match Lease::acquire(
-            &self.layout.root,
-            session_id,
-            LeaseMode::Exclusive,
-            Duration::ZERO,
-        ) {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
-                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, reason = BUSY_SKIP_REASON, "skipped: its lease is held");
-                report.skipped_sessions.push(session_id);
-                report
-                    .skipped_reasons
-                    .insert(session_id, BUSY_SKIP_REASON.to_owned());
-                return;
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", %session_id, %error, "taking the lease failed");
-                report.errors.insert(session_id, error.to_string());
-                return;
-            }
-        };
-        tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", %session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
-        let intent = Event::SessionPruneRequested(SessionPruneRequested {
-            run_id,
-            age_us: candidate.age_us,
-            threshold_us: u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX),
-            size_bytes: candidate.bytes,
-        });
-        let intent_version = candidate.version.next();
-        match self.store.append(
-            session_id.stream(),
-            ExpectedVersion::Exact(candidate.version),
-            &[self.event(&intent).correlated(Some(run_id))],
-        ) {
-            Ok(_) => {}
-            Err(EventStoreError::VersionConflict { .. }) => {
-                let reason =
-                    "used during the prune run (its log moved past the candidate's version): kept"
-                        .to_owned();
-                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
-                report.skipped_sessions.push(session_id);
-                report.skipped_reasons.insert(session_id, reason);
-                return;
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", %session_id, %error, "prune intent failed");
-                report.errors.insert(session_id, error.to_string());
-                return;
+        removed: &(dyn Fn() + Sync),
+    ) -> usize {
+        let locks: Vec<_> = batch
+            .iter()
+            .map(|candidate| self.lock_session(candidate.session_id))
+            .collect();
+        let mut held: Vec<Held<'_, '_>> = Vec::with_capacity(batch.len());
+        for (candidate, lock) in batch.iter().zip(&locks) {
+            let session_id = candidate.session_id;
+            // Held through intent, removal and completion: an execution
+            // cannot start in between, and one that runs now (in this
+            // process: the lock; in any: the lease) keeps its workspace.
+            let guard = match lock.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
+                    continue;
+                }
+            };
+            match Lease::acquire(
+                &self.layout.root,
+                session_id,
+                LeaseMode::Exclusive,
+                Duration::ZERO,
+            ) {
+                Ok(Some(lease)) => held.push(Held {
+                    candidate,
+                    lease,
+                    _guard: guard,
+                }),
+                Ok(None) => {
+                    Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
+                }
+                Err(error) => {
+                    tracing::error!(target: "sandlog::prune", %session_id, %error, "taking the lease failed");
+                    report.errors.insert(session_id, error.to_string());
+                }
             }
         }
-        match self.remove_workspace(session_id) {
-            Ok(bytes) => {
-                let done = Event::SessionPruned(SessionPruned {
-                    run_id: Some(run_id),
-                    reclaimed_bytes: bytes,
-                });
-                match self.store.append(
+        let mut settled = batch.len() - held.len();
+        if held.is_empty() {
+            return settled;
+        }
+
+        // The intents, one transaction. A session used since its candidate
+        // was read fails the whole append; it is dropped (kept) and the
+        // rest appended again.
+        let threshold_us = u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX);
+        let mut conflicts = 0;
+        loop {
+            let intents: Vec<_> = held
+                .iter()
+                .map(|held| {
+                    let candidate = held.candidate;
+                    let intent = Event::SessionPruneRequested(SessionPruneRequested {
+                        run_id,
+                        age_us: candidate.age_us,
+                        threshold_us,
+                        size_bytes: candidate.bytes,
+                    });
+                    (
+                        candidate.session_id.stream(),
+                        ExpectedVersion::Exact(candidate.version),
+                        vec![self.event(&intent).correlated(Some(run_id))],
+                    )
+                })
+                .collect();
+            match self.store.append_batch(&intents) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    conflicts += 1;
+                    let before = held.len();
+                    // Re-read every session once so that many sessions used
+                    // during the run cost one retry, not one each; the one
+                    // named is dropped in any case, so the loop ends.
+                    let recheck = conflicts == 1;
+                    held.retain(|held| {
+                        let candidate = held.candidate;
+                        let moved = candidate.session_id.stream() == stream
+                            || (recheck
+                                && !matches!(
+                                    self.store.stream_version(candidate.session_id.stream()),
+                                    Ok(Some(version)) if version == candidate.version
+                                ));
+                        if moved {
+                            Self::prune_skip(
+                                report,
+                                candidate.session_id,
+                                "used during the prune run (its log moved past the candidate's version): kept".to_owned(),
+                            );
+                        }
+                        !moved
+                    });
+                    settled += before - held.len();
+                    if held.is_empty() {
+                        return settled;
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(target: "sandlog::prune", %error, sessions = held.len(), "prune intents failed");
+                    for held in &held {
+                        report
+                            .errors
+                            .insert(held.candidate.session_id, error.to_string());
+                    }
+                    return settled + held.len();
+                }
+            }
+        }
+        for held in &held {
+            let candidate = held.candidate;
+            tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
+        }
+
+        let sessions: Vec<SessionId> = held.iter().map(|held| held.candidate.session_id).collect();
+        let removals = self.remove_workspaces(&sessions, removed);
+
+        // The completions, one transaction, each expecting its intent.
+        let mut completions: Vec<_> = held
+            .iter()
+            .zip(&removals)
+            .map(|(held, removal)| {
+                let done = match removal {
+                    Ok(bytes) => Event::SessionPruned(SessionPruned {
+                        run_id: Some(run_id),
+                        reclaimed_bytes: *bytes,
+                    }),
+                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed {
+                        run_id: Some(run_id),
+                        error: error.to_string(),
+                    }),
+                };
+                let session_id = held.candidate.session_id;
+                (
                     session_id.stream(),
-                    ExpectedVersion::Exact(intent_version),
-                    &[self.event(&done).correlated(Some(run_id))],
-                ) {
-                    Ok(_) => {
-                        tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
-                        report.deleted_sessions.push(session_id);
-                        report.reclaimed_bytes += bytes;
-                        if let Err(error) = lease.remove() {
-                            tracing::warn!(%session_id, %error, "removing the lease file failed");
+                    ExpectedVersion::Exact(held.candidate.version.next()),
+                    vec![self.event(&done).correlated(Some(run_id))],
+                )
+            })
+            .collect();
+        let mut unrecorded: BTreeMap<SessionId, String> = BTreeMap::new();
+        while !completions.is_empty() {
+            match self.store.append_batch(&completions) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    // Nothing else appends to a session whose lease this run
+                    // holds; if something did, that one stays pending for
+                    // the applier and the others are recorded.
+                    let error = format!("the session's log moved during its prune ({stream})");
+                    completions.retain(|(other, _, _)| {
+                        if *other == stream
+                            && let StreamId::Session(session_id) = other
+                        {
+                            unrecorded.insert(*session_id, error.clone());
+                        }
+                        *other != stream
+                    });
+                }
+                Err(error) => {
+                    for (stream, _, _) in &completions {
+                        if let StreamId::Session(session_id) = stream {
+                            unrecorded.insert(*session_id, error.to_string());
                         }
                     }
-                    Err(error) => {
-                        report.errors.insert(
-                            session_id,
-                            format!("deleted, but recording it failed: {error}"),
-                        );
-                    }
+                    break;
                 }
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
-                let failed = Event::SessionPruneFailed(SessionPruneFailed {
-                    run_id: Some(run_id),
-                    error: error.to_string(),
-                });
-                if let Err(append_error) = self.store.append(
-                    session_id.stream(),
-                    ExpectedVersion::Exact(intent_version),
-                    &[self.event(&failed).correlated(Some(run_id))],
-                ) {
-                    tracing::error!(%session_id, %append_error, "recording the prune failure failed; the applier will retry the intent");
-                }
-                report.errors.insert(session_id, error.to_string());
             }
         }
+
+        for (held, removal) in held.into_iter().zip(removals) {
+            let session_id = held.candidate.session_id;
+            match (removal, unrecorded.remove(&session_id)) {
+                (Ok(bytes), None) => {
+                    tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
+                    report.deleted_sessions.push(session_id);
+                    report.reclaimed_bytes += bytes;
+                    if let Err(error) = held.lease.remove() {
+                        tracing::warn!(%session_id, %error, "removing the lease file failed");
+                    }
+                }
+                (Ok(_), Some(error)) => {
+                    tracing::error!(target: "sandlog::prune", %session_id, %error, "deleted, but recording it failed; the applier will finish the intent");
+                    report.errors.insert(
+                        session_id,
+                        format!("deleted, but recording it failed: {error}"),
+                    );
+                }
+                (Err(error), recorded) => {
+                    tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
+                    if let Some(append_error) = recorded {
+                        tracing::error!(%session_id, %append_error, "recording the prune failure failed; the applier will retry the intent");
+                    }
+                    report.errors.insert(session_id, error.to_string());
+                }
+            }
+        }
+        settled
     }
 
     /// Deletes a session (S6): intent, removal, completion. Waits up to
