@@ -24,6 +24,7 @@
 //! stays where it is and the report says why.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cap_std::ambient_authority;
@@ -38,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::lifecycle::Progress;
+use crate::lifecycle::{FS_THREADS_MAX, Progress, in_parallel_threads};
 use crate::workspace::{SCAN_ENTRIES_MAX, Workspace, fsync_dir};
 
 /// The seed systems' metadata file name.
@@ -388,6 +389,7 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<()> {
 
 /// A workspace moved into the root and ready to be recorded.
 struct Prepared {
+    index: usize,
     session_id: SessionId,
     name: String,
     status: MetadataStatus,
@@ -399,6 +401,25 @@ impl Prepared {
     fn payload_bytes(&self) -> usize {
         self.events.iter().map(|event| event.payload.len()).sum()
     }
+}
+
+/// What became of one entry of the adopted directory.
+enum Settled {
+    Adopted {
+        session_id: SessionId,
+        status: MetadataStatus,
+        neutralised: Neutralised,
+    },
+    Skipped {
+        name: String,
+        reason: String,
+    },
+}
+
+/// One entry after the per-entry work: ready to record, or skipped.
+enum Looked {
+    Ready(Prepared),
+    Skipped(usize, String, String),
 }
 
 /// Workspaces prepared but not yet recorded: one append for all of them.
@@ -426,71 +447,170 @@ impl AdoptBatch {
     }
 }
 
+/// The report, from every entry's fate in the order of the entries.
+fn report_of(mut settled: Vec<(usize, Settled)>) -> AdoptReport {
+    settled.sort_by_key(|(index, _)| *index);
+    let mut report = AdoptReport::default();
+    for (_, fate) in settled {
+        match fate {
+            Settled::Adopted {
+                session_id,
+                status,
+                neutralised,
+            } => {
+                match status {
+                    MetadataStatus::Ok => report.adopted.push(session_id),
+                    MetadataStatus::Missing => report.legacy.push(session_id),
+                    MetadataStatus::Corrupted => report.corrupted.push(session_id),
+                }
+                if !neutralised.is_empty() {
+                    report.neutralised.push(neutralised);
+                }
+            }
+            Settled::Skipped { name, reason } => report.skipped.push((name, reason)),
+        }
+    }
+    report
+}
+
 impl Engine {
     /// Adopts every UUID-named directory in `source` (M4).
     ///
-    /// Workspaces are moved and inspected one by one and recorded in
-    /// batches of up to [`ADOPT_BATCH_SESSIONS`]: one fsync of
+    /// Each workspace is checked, inspected, moved, neutralised and read
+    /// on its own, on up to [`FS_THREADS_MAX`] threads; this thread records
+    /// them in batches of up to [`ADOPT_BATCH_SESSIONS`]: one fsync of
     /// `workspaces/`, then one append of every `session.adopted` and
     /// `file.written` of the batch, each session's stream expected not to
-    /// exist yet.
+    /// exist yet. At most [`FS_THREADS_MAX`] prepared workspaces wait for
+    /// this thread besides those being prepared and the batch, so memory
+    /// stays bounded however many workspaces there are. The report lists
+    /// entries in the order they were read.
     pub fn adopt(&self, source: &Path, progress: Progress<'_>) -> Result<AdoptReport> {
-        let mut report = AdoptReport::default();
         let entries: Vec<_> = std::fs::read_dir(source)
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?
             .collect::<std::io::Result<_>>()
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?;
         let in_place = source.canonicalize().ok() == self.layout.workspaces.canonicalize().ok();
         let total = entries.len() as u64;
+        progress(0, total);
+        let mut settled: Vec<(usize, Settled)> = Vec::with_capacity(entries.len());
         let mut batch = AdoptBatch::default();
-        for (index, entry) in entries.iter().enumerate() {
-            progress(index as u64, total);
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
-            let Ok(session_id) = SessionId::parse(&name) else {
-                report
-                    .skipped
-                    .push((name, "not a UUID-named directory".to_owned()));
-                continue;
-            };
-            if !is_dir {
-                report.skipped.push((name, "not a directory".to_owned()));
-                continue;
-            }
-            if self.store.stream_version(session_id.stream())?.is_some() {
-                report
-                    .skipped
-                    .push((name, "already known to this root".to_owned()));
-                continue;
-            }
-            let findings = match inspect(&entry.path()) {
-                Ok(findings) => findings,
-                Err(reason) => {
-                    tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
-                    report.skipped.push((name, reason));
-                    continue;
+        let mut done = 0u64;
+        let mut take = |looked: Looked, settled: &mut Vec<(usize, Settled)>| {
+            match looked {
+                Looked::Skipped(index, name, reason) => {
+                    settled.push((index, Settled::Skipped { name, reason }));
                 }
-            };
-            match self.prepare_adoption(session_id, &entry.path(), in_place, &findings) {
-                Ok((status, neutralised, events)) => {
-                    let prepared = Prepared {
-                        session_id,
-                        name,
-                        status,
-                        neutralised,
-                        events,
-                    };
+                Looked::Ready(prepared) => {
                     if batch.is_full_for(&prepared) {
-                        self.record_adopted(std::mem::take(&mut batch), in_place, &mut report);
+                        self.record_adopted(std::mem::take(&mut batch), in_place, settled);
                     }
                     batch.push(prepared);
                 }
-                Err(error) => report.skipped.push((name, error.to_string())),
+            }
+            done += 1;
+            progress(done, total);
+        };
+        let threads = in_parallel_threads(entries.len(), FS_THREADS_MAX);
+        if threads == 1 {
+            for (index, entry) in entries.iter().enumerate() {
+                take(self.look_at(index, entry, in_place), &mut settled);
+            }
+        } else {
+            let next = AtomicUsize::new(0);
+            let work = |sender: std::sync::mpsc::SyncSender<Looked>| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(entry) = entries.get(index) else {
+                        break;
+                    };
+                    if sender.send(self.look_at(index, entry, in_place)).is_err() {
+                        break;
+                    }
+                }
+            };
+            let mut started = 0;
+            let work = &work;
+            std::thread::scope(|scope| {
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Looked>(FS_THREADS_MAX);
+                for _ in 0..threads {
+                    let sender = sender.clone();
+                    match std::thread::Builder::new()
+                        .name("sandlog-adopt".to_owned())
+                        .spawn_scoped(scope, move || work(sender))
+                    {
+                        Ok(_) => started += 1,
+                        Err(error) => {
+                            tracing::warn!(%error, "starting a worker thread failed");
+                            break;
+                        }
+                    }
+                }
+                drop(sender);
+                for looked in receiver {
+                    take(looked, &mut settled);
+                }
+                // No worker could be started: what is left is done here.
+                if started == 0 {
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(entry) = entries.get(index) else {
+                            break;
+                        };
+                        take(self.look_at(index, entry, in_place), &mut settled);
+                    }
+                }
+            });
+        }
+        self.record_adopted(batch, in_place, &mut settled);
+        progress(total, total);
+        Ok(report_of(settled))
+    }
+
+    /// The per-entry work of an adoption: whether the entry is a session
+    /// directory this root does not know, its inspection, and its
+    /// preparation (see [`Engine::prepare_adoption`]).
+    fn look_at(&self, index: usize, entry: &std::fs::DirEntry, in_place: bool) -> Looked {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let skip = |name: String, reason: String| Looked::Skipped(index, name, reason);
+        let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
+        let Ok(session_id) = SessionId::parse(&name) else {
+            return skip(name, "not a UUID-named directory".to_owned());
+        };
+        if !is_dir {
+            return skip(name, "not a directory".to_owned());
+        }
+        match self.store.stream_version(session_id.stream()) {
+            Ok(None) => {}
+            Ok(Some(_)) => return skip(name, "already known to this root".to_owned()),
+            Err(error) => {
+                return skip(
+                    name,
+                    format!(
+                        "checking the log for it failed: {}",
+                        RuntimeError::from(error)
+                    ),
+                );
             }
         }
-        self.record_adopted(batch, in_place, &mut report);
-        progress(total, total);
-        Ok(report)
+        let findings = match inspect(&entry.path()) {
+            Ok(findings) => findings,
+            Err(reason) => {
+                tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
+                return skip(name, reason);
+            }
+        };
+        match self.prepare_adoption(session_id, &entry.path(), in_place, &findings) {
+            Ok((status, neutralised, events)) => Looked::Ready(Prepared {
+                index,
+                session_id,
+                name,
+                status,
+                neutralised,
+                events,
+            }),
+            Err(error) => skip(name, error.to_string()),
+        }
     }
 
     /// Records a batch of prepared workspaces in one append, after one
@@ -499,20 +619,33 @@ impl Engine {
     /// and the rest appended again; any other failure skips the whole
     /// batch, its directories staying in `workspaces/` unrecorded (as
     /// orphans for `reconcile`), as one unrecorded workspace did before.
-    fn record_adopted(&self, batch: AdoptBatch, in_place: bool, report: &mut AdoptReport) {
+    fn record_adopted(
+        &self,
+        batch: AdoptBatch,
+        in_place: bool,
+        settled: &mut Vec<(usize, Settled)>,
+    ) {
         let mut prepared = batch.prepared;
         if prepared.is_empty() {
             return;
         }
-        let skip_all = |prepared: Vec<Prepared>, report: &mut AdoptReport, reason: String| {
+        let skip_all = |prepared: Vec<Prepared>,
+                        settled: &mut Vec<(usize, Settled)>,
+                        reason: String| {
             for item in prepared {
                 tracing::warn!(target: "sandlog::lifecycle", session_id = %item.session_id, %reason, "workspace not adopted");
-                report.skipped.push((item.name, reason.clone()));
+                settled.push((
+                    item.index,
+                    Settled::Skipped {
+                        name: item.name,
+                        reason: reason.clone(),
+                    },
+                ));
             }
         };
         if !in_place && let Err(error) = fsync_dir(&self.layout.workspaces) {
             let error = RuntimeError::io("syncing workspaces")(error);
-            skip_all(prepared, report, error.to_string());
+            skip_all(prepared, settled, error.to_string());
             return;
         }
         let mut parts: Vec<_> = prepared
@@ -533,37 +666,41 @@ impl Engine {
                     else {
                         skip_all(
                             prepared,
-                            report,
+                            settled,
                             format!("recording the adoption failed: conflict on {stream}"),
                         );
                         return;
                     };
                     parts.remove(index);
                     let item = prepared.remove(index);
-                    report
-                        .skipped
-                        .push((item.name, "already known to this root".to_owned()));
+                    settled.push((
+                        item.index,
+                        Settled::Skipped {
+                            name: item.name,
+                            reason: "already known to this root".to_owned(),
+                        },
+                    ));
                     if parts.is_empty() {
                         return;
                     }
                 }
                 Err(error) => {
-                    skip_all(prepared, report, RuntimeError::from(error).to_string());
+                    skip_all(prepared, settled, RuntimeError::from(error).to_string());
                     return;
                 }
             }
         }
         for (item, (_, _, events)) in prepared.into_iter().zip(parts) {
             let session_id = item.session_id;
-            tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?item.status, files = events.len() - 1, refused = item.neutralised.refused.len(), copied_links = item.neutralised.copied_links.len(), "adopted");
-            match item.status {
-                MetadataStatus::Ok => report.adopted.push(session_id),
-                MetadataStatus::Missing => report.legacy.push(session_id),
-                MetadataStatus::Corrupted => report.corrupted.push(session_id),
-            }
-            if !item.neutralised.is_empty() {
-                report.neutralised.push(item.neutralised);
-            }
+            tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?item.status, files = events.len().saturating_sub(1), refused = item.neutralised.refused.len(), copied_links = item.neutralised.copied_links.len(), "adopted");
+            settled.push((
+                item.index,
+                Settled::Adopted {
+                    session_id,
+                    status: item.status,
+                    neutralised: item.neutralised,
+                },
+            ));
         }
     }
 

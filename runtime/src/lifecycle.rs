@@ -18,10 +18,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use sandlog_core::event::{
     Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted,
     SessionIntentFailed, SessionPruneFailed, SessionPruneRequested, SessionPruned,
@@ -149,29 +151,100 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// descriptors.
 pub const PRUNE_BATCH_SESSIONS: usize = 256;
 
-/// Most threads removing workspace directories at once. Removing a small
-/// directory is a few metadata operations whose latency (the filesystem's
-/// journal, the disk) is waiting rather than computing, so several
-/// removals in flight overlap it even on few cores; past a handful more
-/// threads only contend for the same directory.
-pub const REMOVE_THREADS_MAX: usize = 8;
+/// Most threads doing one step of a batch's filesystem work at once
+/// (taking leases, removing workspaces, removing lease files, preparing
+/// adopted workspaces). Each item is a few metadata operations whose
+/// latency (the filesystem's journal, a busy disk, a busy CPU to wake up
+/// on) is mostly waiting, so many in flight overlap it even on few cores;
+/// removals in one directory still take its lock in turn, so more threads
+/// than this only add contention.
+pub const FS_THREADS_MAX: usize = 16;
 
-/// Fewest removals a thread is given: below that, starting the thread costs
+/// Fewest items a thread is given: below that, starting the thread costs
 /// more than it saves.
-const REMOVALS_PER_THREAD_MIN: usize = 8;
+const ITEMS_PER_THREAD_MIN: usize = 8;
+
+/// How many threads `items` items are worth, at most `threads_max`: each
+/// gets at least [`ITEMS_PER_THREAD_MIN`].
+pub(crate) fn in_parallel_threads(items: usize, threads_max: usize) -> usize {
+    threads_max.min(items / ITEMS_PER_THREAD_MIN).max(1)
+}
+
+/// Runs `work` on every item, on up to `threads_max` threads (the calling
+/// one included; each given at least [`ITEMS_PER_THREAD_MIN`] items);
+/// returns the results in the order of the items. A thread that cannot be
+/// started leaves its share to the others.
+pub(crate) fn in_parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    threads_max: usize,
+    work: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads_max.min(items.len() / ITEMS_PER_THREAD_MIN).max(1);
+    if threads == 1 {
+        return items.into_iter().map(work).collect();
+    }
+    let slots: Vec<Mutex<Option<T>>> = items
+        .into_iter()
+        .map(|item| Mutex::new(Some(item)))
+        .collect();
+    let results: Vec<Mutex<Option<R>>> = slots.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let run = || {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let (Some(slot), Some(result)) = (slots.get(index), results.get(index)) else {
+                break;
+            };
+            let item = slot
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            if let Some(item) = item {
+                let done = work(item);
+                *result
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(done);
+            }
+        }
+    };
+    // A worker that panics makes the scope panic when it ends: results are
+    // never silently missing.
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            if let Err(error) = std::thread::Builder::new()
+                .name("sandlog-fs".to_owned())
+                .spawn_scoped(scope, &run)
+            {
+                tracing::warn!(%error, "starting a worker thread failed; doing its share here");
+                break;
+            }
+        }
+        run();
+    });
+    results
+        .into_iter()
+        .filter_map(|result| {
+            result
+                .into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+        .collect()
+}
 
 /// A prune candidate whose session this run holds: its in-process lock and
 /// its exclusive lease.
 struct Held<'a, 'l> {
     candidate: &'a PruneCandidate,
     lease: Lease,
-    _guard: MutexGuard<'l, ()>,
+    guard: MutexGuard<'l, ()>,
 }
 
-/// Removes a session's workspace directory (without syncing its parent):
-/// the fault injector first, then the removal; returns the bytes it held.
+/// Removes a session's workspace directory from `workspaces` (without
+/// syncing it): the fault injector first, then the removal; returns the
+/// bytes it held.
 fn remove_workspace_unsynced(
     layout: &Layout,
+    workspaces: &Dir,
     fault: Option<&SharedFaultInjector>,
     session_id: SessionId,
 ) -> Result<u64> {
@@ -183,7 +256,7 @@ fn remove_workspace_unsynced(
     }
     // By directory handle: any tree a guest can build (deeper than
     // PATH_MAX, say) is measured and removed with O(1) descriptors.
-    crate::workspace::remove_dir_tree(&path)
+    crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
         .map_err(RuntimeError::io(format!("removing {}", path.display())))
 }
 
@@ -191,8 +264,16 @@ impl Engine {
     /// Removes a session's workspace directory and fsyncs its parent;
     /// returns the bytes it held.
     pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
-        let bytes =
-            remove_workspace_unsynced(&self.layout, self.options.fault.as_ref(), session_id)?;
+        let path = self.layout.workspace(session_id);
+        if let Some(fault) = &self.options.fault {
+            fault
+                .before_remove(session_id, &path)
+                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        }
+        // By directory handle: any tree a guest can build (deeper than
+        // PATH_MAX, say) is measured and removed with O(1) descriptors.
+        let bytes = crate::workspace::remove_dir_tree(&path)
+            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         self.sync_workspaces()?;
         Ok(bytes)
     }
@@ -204,56 +285,37 @@ impl Engine {
         )))
     }
 
-    /// Removes the workspaces of `sessions` on up to
-    /// [`REMOVE_THREADS_MAX`] threads, then fsyncs `workspaces/` once, so
-    /// every removal reported `Ok` is durable. Results are in the order
-    /// given; `removed` is called after each removal.
+    /// Removes the workspaces of `sessions` on up to [`FS_THREADS_MAX`]
+    /// threads, then fsyncs `workspaces/` once, so every removal reported
+    /// `Ok` is durable. Results are in the order given; `removed` is called
+    /// after each removal.
     pub(crate) fn remove_workspaces(
         &self,
-        sessions: &[SessionId],
+        sessions: Vec<SessionId>,
         removed: &(dyn Fn() + Sync),
     ) -> Vec<Result<u64>> {
-        let layout = &self.layout;
-        let fault = self.options.fault.as_ref();
-        let remove = |session_id: SessionId| {
-            let result = remove_workspace_unsynced(layout, fault, session_id);
-            removed();
-            result
-        };
-        let threads = REMOVE_THREADS_MAX
-            .min(sessions.len() / REMOVALS_PER_THREAD_MIN)
-            .max(1);
-        let mut results: Vec<Result<u64>> = if threads == 1 {
-            sessions
-                .iter()
-                .map(|&session_id| remove(session_id))
-                .collect()
-        } else {
-            let per_thread = sessions.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = sessions
-                    .chunks(per_thread)
-                    .map(|chunk| {
-                        let remove = &remove;
-                        std::thread::Builder::new()
-                            .name("sandlog-remove".to_owned())
-                            .spawn_scoped(scope, move || {
-                                chunk.iter().map(|&id| remove(id)).collect::<Vec<_>>()
-                            })
+        let workspaces = match Dir::open_ambient_dir(&self.layout.workspaces, ambient_authority()) {
+            Ok(workspaces) => workspaces,
+            Err(error) => {
+                let message = format!("opening {}: {error}", self.layout.workspaces.display());
+                return sessions
+                    .iter()
+                    .map(|_| {
+                        Err(RuntimeError::Io {
+                            context: message.clone(),
+                            source: std::io::Error::new(error.kind(), error.to_string()),
+                        })
                     })
                     .collect();
-                let mut results = Vec::with_capacity(sessions.len());
-                for (worker, chunk) in workers.into_iter().zip(sessions.chunks(per_thread)) {
-                    // A thread that cannot be started (or panicked) leaves
-                    // its share to this one.
-                    match worker.map(|handle| handle.join()) {
-                        Ok(Ok(chunk_results)) => results.extend(chunk_results),
-                        _ => results.extend(chunk.iter().map(|&id| remove(id))),
-                    }
-                }
-                results
-            })
+            }
         };
+        let layout = &self.layout;
+        let fault = self.options.fault.as_ref();
+        let mut results = in_parallel(sessions, FS_THREADS_MAX, |session_id| {
+            let result = remove_workspace_unsynced(layout, &workspaces, fault, session_id);
+            removed();
+            result
+        });
         if results.iter().any(Result::is_ok)
             && let Err(error) = self.sync_workspaces()
         {
@@ -389,30 +451,38 @@ impl Engine {
             .iter()
             .map(|candidate| self.lock_session(candidate.session_id))
             .collect();
-        let mut held: Vec<Held<'_, '_>> = Vec::with_capacity(batch.len());
+        // Held through intent, removal and completion: an execution cannot
+        // start in between, and one that runs now (in this process: the
+        // lock; in any: the lease) keeps its workspace.
+        let mut locked = Vec::with_capacity(batch.len());
         for (candidate, lock) in batch.iter().zip(&locks) {
-            let session_id = candidate.session_id;
-            // Held through intent, removal and completion: an execution
-            // cannot start in between, and one that runs now (in this
-            // process: the lock; in any: the lease) keeps its workspace.
-            let guard = match lock.try_lock() {
-                Ok(guard) => guard,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
-                    continue;
+            match lock.try_lock() {
+                Ok(guard) => locked.push((candidate, guard)),
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    locked.push((candidate, poisoned.into_inner()));
                 }
-            };
-            match Lease::acquire(
-                &self.layout.root,
-                session_id,
-                LeaseMode::Exclusive,
-                Duration::ZERO,
-            ) {
+                Err(TryLockError::WouldBlock) => {
+                    Self::prune_skip(report, candidate.session_id, BUSY_SKIP_REASON.to_owned());
+                }
+            }
+        }
+        let root = &self.layout.root;
+        let leases = in_parallel(
+            locked
+                .iter()
+                .map(|(candidate, _)| candidate.session_id)
+                .collect(),
+            FS_THREADS_MAX,
+            |session_id| Lease::acquire(root, session_id, LeaseMode::Exclusive, Duration::ZERO),
+        );
+        let mut held: Vec<Held<'_, '_>> = Vec::with_capacity(locked.len());
+        for ((candidate, guard), lease) in locked.into_iter().zip(leases) {
+            let session_id = candidate.session_id;
+            match lease {
                 Ok(Some(lease)) => held.push(Held {
                     candidate,
                     lease,
-                    _guard: guard,
+                    guard,
                 }),
                 Ok(None) => {
                     Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
@@ -499,7 +569,7 @@ impl Engine {
         }
 
         let sessions: Vec<SessionId> = held.iter().map(|held| held.candidate.session_id).collect();
-        let removals = self.remove_workspaces(&sessions, removed);
+        let removals = self.remove_workspaces(sessions, removed);
 
         // The completions, one transaction, each expecting its intent.
         let mut completions: Vec<_> = held
@@ -553,16 +623,17 @@ impl Engine {
             }
         }
 
+        let mut finished = Vec::new();
+        let mut guards = Vec::with_capacity(held.len());
         for (held, removal) in held.into_iter().zip(removals) {
             let session_id = held.candidate.session_id;
+            guards.push(held.guard);
             match (removal, unrecorded.remove(&session_id)) {
                 (Ok(bytes), None) => {
                     tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
                     report.deleted_sessions.push(session_id);
                     report.reclaimed_bytes += bytes;
-                    if let Err(error) = held.lease.remove() {
-                        tracing::warn!(%session_id, %error, "removing the lease file failed");
-                    }
+                    finished.push((session_id, held.lease));
                 }
                 (Ok(_), Some(error)) => {
                     tracing::error!(target: "sandlog::prune", %session_id, %error, "deleted, but recording it failed; the applier will finish the intent");
@@ -580,6 +651,18 @@ impl Engine {
                 }
             }
         }
+        // A pruned session's lease file goes, by its holder, after the
+        // terminal event; the locks are released last.
+        in_parallel(
+            finished,
+            FS_THREADS_MAX,
+            |(session_id, lease): (SessionId, Lease)| {
+                if let Err(error) = lease.remove() {
+                    tracing::warn!(%session_id, %error, "removing the lease file failed");
+                }
+            },
+        );
+        drop(guards);
         settled
     }
 
