@@ -213,7 +213,7 @@ pub(crate) fn in_parallel<T: Send, R: Send>(
         for _ in 1..threads {
             if let Err(error) = std::thread::Builder::new()
                 .name("sandlog-fs".to_owned())
-                .spawn_scoped(scope, &run)
+                .spawn_scoped(scope, run)
             {
                 tracing::warn!(%error, "starting a worker thread failed; doing its share here");
                 break;
@@ -403,12 +403,59 @@ impl Engine {
             let done = done.fetch_add(1, Ordering::Relaxed) + 1;
             progress(done.min(total), total);
         };
-        for batch in plan.candidates.chunks(PRUNE_BATCH_SESSIONS) {
-            let settled = self.prune_batch(batch, policy, run_id, &mut report, &advance);
-            // Sessions kept or failed before removal still count as done.
+        let locks: Vec<_> = plan
+            .candidates
+            .iter()
+            .map(|candidate| self.lock_session(candidate.session_id))
+            .collect();
+        let batches: Vec<_> = plan
+            .candidates
+            .chunks(PRUNE_BATCH_SESSIONS)
+            .zip(locks.chunks(PRUNE_BATCH_SESSIONS))
+            .collect();
+        let take = |index: usize, report: &mut PruneReport| -> Vec<Held<'_, '_>> {
+            let Some((batch, locks)) = batches.get(index) else {
+                return Vec::new();
+            };
+            let (held, settled) = self.prune_take(batch, locks, policy, run_id, report);
+            // Sessions kept or failed before removal count as done.
             for _ in 0..settled {
                 advance();
             }
+            held
+        };
+        // Batch k's directories are removed on other threads while this
+        // one takes batch k + 1 and appends its intents; then batch k's
+        // completions are appended. Each session still goes intent,
+        // removal, completion, and at most two batches are held at once.
+        let mut current = take(0, &mut report);
+        for index in 1..=batches.len() {
+            let sessions: Vec<SessionId> = current
+                .iter()
+                .map(|held| held.candidate.session_id)
+                .collect();
+            let (removals, next) = std::thread::scope(|scope| {
+                let remover = std::thread::Builder::new()
+                    .name("sandlog-prune".to_owned())
+                    .spawn_scoped(scope, {
+                        let sessions = sessions.clone();
+                        let advance = &advance;
+                        move || self.remove_workspaces(sessions, advance)
+                    });
+                let next = take(index, &mut report);
+                let removals = match remover {
+                    Ok(remover) => remover
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(error) => {
+                        tracing::warn!(%error, "starting the removal thread failed; removing here");
+                        self.remove_workspaces(sessions, &advance)
+                    }
+                };
+                (removals, next)
+            });
+            self.prune_finish(current, removals, run_id, &mut report);
+            current = next;
         }
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;
@@ -436,26 +483,23 @@ impl Engine {
         report.skipped_reasons.insert(session_id, reason);
     }
 
-    /// One batch of a prune run (see [`Engine::prune`]). Returns how many
-    /// of its candidates never reached removal (kept or failed before), for
-    /// the progress count; `removed` is called after each removal.
-    fn prune_batch(
+    /// Takes one batch of a prune run (see [`Engine::prune`]): each
+    /// session's lock and exclusive lease, then every intent in one
+    /// append. Returns the sessions held with their intents recorded, and
+    /// how many candidates were settled otherwise (kept or failed).
+    fn prune_take<'a, 'l>(
         &self,
-        batch: &[PruneCandidate],
+        batch: &'a [PruneCandidate],
+        locks: &'l [Arc<Mutex<()>>],
         policy: &PrunePolicy,
         run_id: Uuid,
         report: &mut PruneReport,
-        removed: &(dyn Fn() + Sync),
-    ) -> usize {
-        let locks: Vec<_> = batch
-            .iter()
-            .map(|candidate| self.lock_session(candidate.session_id))
-            .collect();
+    ) -> (Vec<Held<'a, 'l>>, usize) {
         // Held through intent, removal and completion: an execution cannot
         // start in between, and one that runs now (in this process: the
         // lock; in any: the lease) keeps its workspace.
         let mut locked = Vec::with_capacity(batch.len());
-        for (candidate, lock) in batch.iter().zip(&locks) {
+        for (candidate, lock) in batch.iter().zip(locks) {
             match lock.try_lock() {
                 Ok(guard) => locked.push((candidate, guard)),
                 Err(TryLockError::Poisoned(poisoned)) => {
@@ -475,7 +519,7 @@ impl Engine {
             FS_THREADS_MAX,
             |session_id| Lease::acquire(root, session_id, LeaseMode::Exclusive, Duration::ZERO),
         );
-        let mut held: Vec<Held<'_, '_>> = Vec::with_capacity(locked.len());
+        let mut held: Vec<Held<'a, 'l>> = Vec::with_capacity(locked.len());
         for ((candidate, guard), lease) in locked.into_iter().zip(leases) {
             let session_id = candidate.session_id;
             match lease {
@@ -495,7 +539,7 @@ impl Engine {
         }
         let mut settled = batch.len() - held.len();
         if held.is_empty() {
-            return settled;
+            return (held, settled);
         }
 
         // The intents, one transaction. A session used since its candidate
@@ -549,7 +593,7 @@ impl Engine {
                     });
                     settled += before - held.len();
                     if held.is_empty() {
-                        return settled;
+                        return (held, settled);
                     }
                 }
                 Err(error) => {
@@ -559,7 +603,7 @@ impl Engine {
                             .errors
                             .insert(held.candidate.session_id, error.to_string());
                     }
-                    return settled + held.len();
+                    return (Vec::new(), settled + held.len());
                 }
             }
         }
@@ -567,10 +611,22 @@ impl Engine {
             let candidate = held.candidate;
             tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
         }
+        (held, settled)
+    }
 
-        let sessions: Vec<SessionId> = held.iter().map(|held| held.candidate.session_id).collect();
-        let removals = self.remove_workspaces(sessions, removed);
-
+    /// Finishes one batch of a prune run whose directories were removed
+    /// (`removals`, in the order of `held`): every completion in one
+    /// append, the report, then the lease files and locks.
+    fn prune_finish(
+        &self,
+        held: Vec<Held<'_, '_>>,
+        removals: Vec<Result<u64>>,
+        run_id: Uuid,
+        report: &mut PruneReport,
+    ) {
+        if held.is_empty() {
+            return;
+        }
         // The completions, one transaction, each expecting its intent.
         let mut completions: Vec<_> = held
             .iter()
@@ -663,7 +719,6 @@ impl Engine {
             },
         );
         drop(guards);
-        settled
     }
 
     /// Deletes a session (S6): intent, removal, completion. Waits up to

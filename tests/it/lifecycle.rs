@@ -362,17 +362,18 @@ fn run_lengths(positions: &[u64]) -> Vec<usize> {
     runs
 }
 
-/// Goal: a prune of more sessions than one batch records each batch's
-/// intents in one append and its completions in another, deletes every
-/// directory (removed on several threads), removes the lease files, and
-/// leaves a log and read models that verify. Method: one batch and 44 more
-/// sessions, old; prune; the `session.prune.requested` events form runs of
-/// consecutive positions of `PRUNE_BATCH_SESSIONS` and 44, as do the
-/// `session.pruned` events; every session is `pruned` without a directory
-/// or lease file; the reclaimed bytes are the files written; `verify` is
-/// clean and a reopen finds nothing pending.
+/// Goal: a prune of more sessions than one batch records intents and
+/// completions batch-wise (never one session's pair at a time), deletes
+/// every directory (removed on several threads while the next batch's
+/// intents are appended), removes the lease files, and leaves a log and
+/// read models that verify. Method: one batch and 44 more sessions, old;
+/// prune; all `session.prune.requested` events come first at consecutive
+/// positions, then all `session.pruned`, in the same session order; every
+/// session is `pruned` without a directory or lease file; the reclaimed
+/// bytes are the files written; `verify` is clean and a reopen finds
+/// nothing pending.
 #[test]
-fn a_prune_of_several_batches_records_each_in_two_appends() -> TestResult {
+fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> TestResult {
     let mut root = TestRoot::new()?;
     let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
     let count = batch + 44;
@@ -393,14 +394,24 @@ fn a_prune_of_several_batches_records_each_in_two_appends() -> TestResult {
     assert_eq!(report.deleted_sessions.len(), count);
     let written: u64 = (0..count).map(|index| (index % 7 + 1) as u64).sum();
     assert_eq!(report.reclaimed_bytes, written);
+    let requested = positions_of(&root, "session.prune.requested")?;
+    let pruned = positions_of(&root, "session.pruned")?;
+    assert_eq!(run_lengths(&requested), vec![count]);
+    assert_eq!(run_lengths(&pruned), vec![count]);
     assert_eq!(
-        run_lengths(&positions_of(&root, "session.prune.requested")?),
-        vec![batch, 44]
+        requested.last().map(|last| last + 1),
+        pruned.first().copied()
     );
-    assert_eq!(
-        run_lengths(&positions_of(&root, "session.pruned")?),
-        vec![batch, 44]
-    );
+    let stream_at = |position: u64| -> Result<_, RuntimeError> {
+        Ok(root
+            .engine
+            .store()
+            .get(sandlog_core::Position(position))?
+            .map(|envelope| envelope.stream))
+    };
+    for (intent, completion) in requested.iter().zip(&pruned) {
+        assert_eq!(stream_at(*intent)?, stream_at(*completion)?);
+    }
     for id in &ids {
         assert_eq!(root.engine.session(*id)?.status, SessionStatus::Pruned);
         assert!(!root.engine.layout().workspace(*id).exists());
