@@ -25,6 +25,7 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use cap_std::ambient_authority;
@@ -40,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::lifecycle::{FS_THREADS_MAX, Progress, in_parallel_threads};
-use crate::workspace::{SCAN_ENTRIES_MAX, Workspace, fsync_dir};
+use crate::workspace::{SCAN_ENTRIES_MAX, fsync_dir};
 
 /// The seed systems' metadata file name.
 pub const SEED_METADATA_FILE: &str = ".metadata.json";
@@ -79,6 +80,46 @@ pub const ADOPT_BATCH_SESSIONS: usize = 256;
 /// workspace needing more (many files) is appended alone; it is bounded by
 /// [`ADOPT_ENTRIES_MAX`] and [`ADOPT_RECORD_BYTES_MAX`].
 pub const ADOPT_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Most events (as inspected: one per entry, and one per workspace) of
+/// the workspaces being prepared or waiting to be recorded at once, besides
+/// the batch being filled. Workspaces are prepared on several threads;
+/// this keeps what they hold in memory to about one more append's worth,
+/// however large the workspaces. A single workspace needing more waits
+/// until nothing else is in flight.
+pub const ADOPT_IN_FLIGHT_EVENTS_MAX: usize = BATCH_EVENTS_MAX;
+
+/// Units of [`ADOPT_IN_FLIGHT_EVENTS_MAX`] handed out to workers.
+struct Budget {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Budget {
+    /// Waits until `units` fit (or nothing else is held), then takes them.
+    fn acquire(&self, units: usize) {
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        while *used > 0 && used.saturating_add(units) > ADOPT_IN_FLIGHT_EVENTS_MAX {
+            used = self
+                .freed
+                .wait(used)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        *used = used.saturating_add(units);
+    }
+
+    fn release(&self, units: usize) {
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *used = used.saturating_sub(units);
+        self.freed.notify_all();
+    }
+}
 
 /// What adoption did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -186,15 +227,28 @@ fn special_kind(file_type: &cap_std::fs::FileType) -> (&'static str, &'static st
     }
 }
 
+/// What inspecting a workspace found.
+#[derive(Debug)]
+struct Inspection {
+    /// Entries to refuse or copy.
+    findings: Vec<Finding>,
+    /// The regular files (the top-level metadata file aside): what the
+    /// adoption records.
+    files: Vec<PathBuf>,
+    /// Entries visited (at most [`ADOPT_ENTRIES_MAX`]).
+    entries: usize,
+}
+
 /// Inspects a workspace to be adopted without opening any entry but its
 /// directories: what to refuse and which files to copy. The top-level
 /// metadata file is left to the metadata handling. `Err` is why the
 /// workspace is not adopted (past a limit, unreadable); nothing was
 /// changed.
-fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
+fn inspect(source: &Path) -> std::result::Result<Inspection, String> {
     let dir = Dir::open_ambient_dir(source, ambient_authority())
         .map_err(|error| format!("opening {}: {error}", source.display()))?;
     let mut findings = Vec::new();
+    let mut files = Vec::new();
     let mut pending: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
     let mut visited = 0usize;
     while let Some((directory, depth)) = pending.pop() {
@@ -233,8 +287,9 @@ fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
                     .metadata()
                     .map_err(|error| format!("inspecting {}: {error}", path.display()))?;
                 if metadata.nlink() > 1 {
-                    findings.push(Finding::Copy { path });
+                    findings.push(Finding::Copy { path: path.clone() });
                 }
+                files.push(path);
             } else if file_type.is_symlink() {
                 let target = dir
                     .read_link_contents(&path)
@@ -252,7 +307,11 @@ fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
             }
         }
     }
-    Ok(findings)
+    Ok(Inspection {
+        findings,
+        files,
+        entries: visited,
+    })
 }
 
 /// Replaces the file at `path` (relative to `dir`) by a private copy with
@@ -288,6 +347,64 @@ fn private_copy(dir: &Dir, path: &Path) -> std::io::Result<()> {
         let _ = dir.remove_file(&temporary);
     }
     copied
+}
+
+/// Bytes read at a time when hashing an adopted file.
+const HASH_CHUNK_BYTES: usize = 64 * 1024;
+
+/// blake3 and length of the file at `path` in `dir`, as read now. Opened
+/// without following a symlink and without blocking, and refused unless it
+/// is (still) a regular file, so an entry replaced since inspection by a
+/// FIFO or a device is never read. `None` when it is gone.
+fn hash_file(
+    dir: &Dir,
+    path: &Path,
+    buffer: &mut [u8],
+) -> std::io::Result<Option<(sandlog_core::Hash, u64)>> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    let mut file = match dir.open_with(path, &options) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "no longer a regular file (changed during adoption)",
+        ));
+    }
+    let mut hasher = blake3::Hasher::new();
+    let mut total = 0u64;
+    loop {
+        let read = std::io::Read::read(&mut file, buffer)?;
+        let Some(chunk) = buffer.get(..read).filter(|chunk| !chunk.is_empty()) else {
+            break;
+        };
+        hasher.update(chunk);
+        total = total.saturating_add(read as u64);
+    }
+    Ok(Some((
+        sandlog_core::Hash(*hasher.finalize().as_bytes()),
+        total,
+    )))
+}
+
+/// The workspace path of `path` (relative, as inspection built it), or
+/// `None` when sandlog cannot name it (too long or too deep).
+fn workspace_path(path: &Path) -> Option<WorkspacePath> {
+    let mut named: Option<WorkspacePath> = None;
+    for component in path.components() {
+        let Component::Normal(name) = component else {
+            return None;
+        };
+        named = Some(match &named {
+            None => WorkspacePath::from_os_name(name).ok()?,
+            Some(parent) => parent.join_os(name).ok()?,
+        });
+    }
+    named
 }
 
 #[derive(Debug, Deserialize)]
@@ -390,6 +507,8 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<()> {
 /// A workspace moved into the root and ready to be recorded.
 struct Prepared {
     index: usize,
+    /// Units of the in-flight budget it holds until it joins a batch.
+    units: usize,
     session_id: SessionId,
     name: String,
     status: MetadataStatus,
@@ -481,10 +600,10 @@ impl Engine {
     /// them in batches of up to [`ADOPT_BATCH_SESSIONS`]: one fsync of
     /// `workspaces/`, then one append of every `session.adopted` and
     /// `file.written` of the batch, each session's stream expected not to
-    /// exist yet. At most [`FS_THREADS_MAX`] prepared workspaces wait for
-    /// this thread besides those being prepared and the batch, so memory
-    /// stays bounded however many workspaces there are. The report lists
-    /// entries in the order they were read.
+    /// exist yet. Workspaces being prepared or waiting hold at most
+    /// [`ADOPT_IN_FLIGHT_EVENTS_MAX`] events besides the batch, so memory
+    /// stays bounded however many and however large the workspaces are.
+    /// The report lists entries in the order they were read.
     pub fn adopt(&self, source: &Path, progress: Progress<'_>) -> Result<AdoptReport> {
         let entries: Vec<_> = std::fs::read_dir(source)
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?
@@ -496,6 +615,10 @@ impl Engine {
         let mut settled: Vec<(usize, Settled)> = Vec::with_capacity(entries.len());
         let mut batch = AdoptBatch::default();
         let mut done = 0u64;
+        let budget = Budget {
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        };
         let mut take = |looked: Looked, settled: &mut Vec<(usize, Settled)>| {
             match looked {
                 Looked::Skipped(index, name, reason) => {
@@ -505,6 +628,8 @@ impl Engine {
                     if batch.is_full_for(&prepared) {
                         self.record_adopted(std::mem::take(&mut batch), in_place, settled);
                     }
+                    // From here the batch's own bounds hold it.
+                    budget.release(prepared.units);
                     batch.push(prepared);
                 }
             }
@@ -512,56 +637,54 @@ impl Engine {
             progress(done, total);
         };
         let threads = in_parallel_threads(entries.len(), FS_THREADS_MAX);
-        if threads == 1 {
-            for (index, entry) in entries.iter().enumerate() {
-                take(self.look_at(index, entry, in_place), &mut settled);
-            }
-        } else {
-            let next = AtomicUsize::new(0);
-            let work = |sender: std::sync::mpsc::SyncSender<Looked>| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(entry) = entries.get(index) else {
-                        break;
-                    };
-                    if sender.send(self.look_at(index, entry, in_place)).is_err() {
-                        break;
-                    }
+        let next = AtomicUsize::new(0);
+        let budget = &budget;
+        // Workers never block on sending (the channel is unbounded; the
+        // budget bounds what it holds), so this thread always drains it
+        // and releases what workers wait for.
+        let work = |sender: std::sync::mpsc::Sender<Looked>| {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = entries.get(index) else {
+                    break;
+                };
+                if sender
+                    .send(self.look_at(index, entry, in_place, budget))
+                    .is_err()
+                {
+                    break;
                 }
-            };
-            let mut started = 0;
-            let work = &work;
-            std::thread::scope(|scope| {
-                let (sender, receiver) = std::sync::mpsc::sync_channel::<Looked>(FS_THREADS_MAX);
+            }
+        };
+        let work = &work;
+        std::thread::scope(|scope| {
+            let (sender, receiver) = std::sync::mpsc::channel::<Looked>();
+            if threads > 1 {
                 for _ in 0..threads {
                     let sender = sender.clone();
-                    match std::thread::Builder::new()
+                    if let Err(error) = std::thread::Builder::new()
                         .name("sandlog-adopt".to_owned())
                         .spawn_scoped(scope, move || work(sender))
                     {
-                        Ok(_) => started += 1,
-                        Err(error) => {
-                            tracing::warn!(%error, "starting a worker thread failed");
-                            break;
-                        }
+                        tracing::warn!(%error, "starting a worker thread failed");
+                        break;
                     }
                 }
-                drop(sender);
-                for looked in receiver {
-                    take(looked, &mut settled);
-                }
-                // No worker could be started: what is left is done here.
-                if started == 0 {
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(entry) = entries.get(index) else {
-                            break;
-                        };
-                        take(self.look_at(index, entry, in_place), &mut settled);
-                    }
-                }
-            });
-        }
+            }
+            drop(sender);
+            for looked in receiver {
+                take(looked, &mut settled);
+            }
+            // Entries no worker took (one entry's worth of work, or no
+            // thread could be started) are done here.
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = entries.get(index) else {
+                    break;
+                };
+                take(self.look_at(index, entry, in_place, budget), &mut settled);
+            }
+        });
         self.record_adopted(batch, in_place, &mut settled);
         progress(total, total);
         Ok(report_of(settled))
@@ -569,8 +692,16 @@ impl Engine {
 
     /// The per-entry work of an adoption: whether the entry is a session
     /// directory this root does not know, its inspection, and its
-    /// preparation (see [`Engine::prepare_adoption`]).
-    fn look_at(&self, index: usize, entry: &std::fs::DirEntry, in_place: bool) -> Looked {
+    /// preparation (see [`Engine::prepare_adoption`]), for which it takes
+    /// units of `budget` (released when the workspace joins a batch, or
+    /// here when preparing fails).
+    fn look_at(
+        &self,
+        index: usize,
+        entry: &std::fs::DirEntry,
+        in_place: bool,
+        budget: &Budget,
+    ) -> Looked {
         let name = entry.file_name().to_string_lossy().into_owned();
         let skip = |name: String, reason: String| Looked::Skipped(index, name, reason);
         let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
@@ -593,23 +724,29 @@ impl Engine {
                 );
             }
         }
-        let findings = match inspect(&entry.path()) {
-            Ok(findings) => findings,
+        let inspection = match inspect(&entry.path()) {
+            Ok(inspection) => inspection,
             Err(reason) => {
                 tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
                 return skip(name, reason);
             }
         };
-        match self.prepare_adoption(session_id, &entry.path(), in_place, &findings) {
+        let units = inspection.entries.saturating_add(1);
+        budget.acquire(units);
+        match self.prepare_adoption(session_id, &entry.path(), in_place, &inspection) {
             Ok((status, neutralised, events)) => Looked::Ready(Prepared {
                 index,
+                units,
                 session_id,
                 name,
                 status,
                 neutralised,
                 events,
             }),
-            Err(error) => skip(name, error.to_string()),
+            Err(error) => {
+                budget.release(units);
+                skip(name, error.to_string())
+            }
         }
     }
 
@@ -826,8 +963,9 @@ impl Engine {
         session_id: SessionId,
         source: &Path,
         in_place: bool,
-        findings: &[Finding],
+        inspection: &Inspection,
     ) -> Result<(MetadataStatus, Neutralised, Vec<NewEvent>)> {
+        let findings = &inspection.findings;
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
         let (status, timestamps) = match read_seed_metadata(
@@ -899,8 +1037,28 @@ impl Engine {
             }
             MetadataStatus::Missing => {}
         }
-        let workspace = Workspace::open(&target)?;
-        let mut events: Vec<NewEvent> = vec![self.event(&Event::SessionAdopted(SessionAdopted {
+        // The files inspection listed (refused entries were never regular
+        // files; copied ones keep their path), each hashed as read now.
+        let dir = Dir::open_ambient_dir(&target, ambient_authority())
+            .map_err(RuntimeError::io(format!("opening {}", target.display())))?;
+        let mut buffer = vec![0u8; HASH_CHUNK_BYTES];
+        let mut files = std::collections::BTreeMap::new();
+        for path in &inspection.files {
+            let Some(named) = workspace_path(path) else {
+                tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %path.display(), "skipping a file sandlog cannot name");
+                continue;
+            };
+            let hashed = hash_file(&dir, path, &mut buffer).map_err(RuntimeError::io(format!(
+                "hashing {} in {}",
+                path.display(),
+                target.display()
+            )))?;
+            if let Some(hashed) = hashed {
+                files.insert(named, hashed);
+            }
+        }
+        let mut events: Vec<NewEvent> = Vec::with_capacity(files.len() + 1);
+        events.push(self.event(&Event::SessionAdopted(SessionAdopted {
             session_id,
             created_at: timestamps.map(|(created, _)| created),
             updated_at: timestamps.map(|(_, updated)| updated),
@@ -910,12 +1068,11 @@ impl Engine {
             refused: neutralised.refused.clone(),
             copied_links: neutralised.copied_links.clone(),
             unrecorded: neutralised.unrecorded,
-        }))];
-        for (path, scanned) in workspace.scan()? {
-            let blake3 = workspace.hash(&path)?;
+        })));
+        for (path, (blake3, size)) in files {
             let file = FileWritten {
-                path: WorkspacePath::clone(&path),
-                size: scanned.size,
+                path,
+                size,
                 blake3,
                 by: WrittenBy::Adoption,
             };
