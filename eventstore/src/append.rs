@@ -181,11 +181,64 @@ impl EventStore {
         }
         self.write(|write| write.append(stream, expected, events))
     }
+
+    /// Appends to several streams in one transaction: all of it or none.
+    ///
+    /// Every invariant of [`EventStore::append`] holds for the whole batch:
+    /// each stream is checked against its own expected version (the first
+    /// stream, in the order given, that does not match fails the call with
+    /// [`EventStoreError::VersionConflict`] naming it, and nothing is
+    /// appended), positions stay gapless in the order given, the hash chain
+    /// and the Merkle tree cover every event, the append hook sees every
+    /// envelope in the same transaction, and a retry of a stored batch
+    /// returns the stored envelopes. The events of all streams together are
+    /// bounded by `BATCH_EVENTS_MAX`; a stream may appear once. Entries
+    /// without events are ignored.
+    ///
+    /// Returns the envelopes in position order.
+    pub fn append_batch(
+        &self,
+        batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
+    ) -> Result<Vec<Envelope>> {
+        let total: usize = batch.iter().map(|(_, _, events)| events.len()).sum();
+        if total > BATCH_EVENTS_MAX {
+            return Err(EventStoreError::InvalidBatch(format!(
+                "{total} events in one append; the limit is {BATCH_EVENTS_MAX}"
+            )));
+        }
+        let mut streams = HashSet::with_capacity(batch.len());
+        let mut ids = HashSet::with_capacity(total);
+        for (stream, _, events) in batch {
+            if !events.is_empty() && !streams.insert(*stream) {
+                return Err(EventStoreError::InvalidBatch(format!(
+                    "stream {stream} appears twice in the batch"
+                )));
+            }
+            if let Some(event) = events.iter().find(|event| !ids.insert(event.event_id)) {
+                return Err(EventStoreError::InvalidBatch(format!(
+                    "event id {} appears twice in the batch",
+                    event.event_id
+                )));
+            }
+        }
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(|write| {
+            let mut envelopes = Vec::with_capacity(total);
+            for (stream, expected, events) in batch {
+                envelopes.extend(write.append(*stream, *expected, events)?);
+            }
+            Ok(envelopes)
+        })
+    }
 }
 
 /// Inserts one batch inside an open write transaction: the idempotency
-/// check, the expected-version check, positions, chain hashes, the Merkle
-/// leaves (growing `frontier`) and the append hook. The caller commits.
+/// check, the expected-version check, positions, chain hashes and the
+/// Merkle leaves (growing `frontier`). Returns the envelopes and whether
+/// they are new (false for a retry of a stored batch). The caller runs the
+/// append hook and commits.
 pub(crate) fn insert_batch(
     store: &EventStore,
     transaction: &Transaction<'_>,
@@ -193,14 +246,14 @@ pub(crate) fn insert_batch(
     stream: StreamId,
     expected: ExpectedVersion,
     events: &[NewEvent],
-) -> Result<Vec<Envelope>> {
+) -> Result<(Vec<Envelope>, bool)> {
     validate_batch(events)?;
     let Some(first) = events.first() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let stream_text = stream.to_string();
     if let Some(stored) = stored_batch(transaction, &stream_text, events, first)? {
-        return Ok(stored);
+        return Ok((stored, false));
     }
     let actual = check_expected(transaction, stream, &stream_text, expected)?;
 
@@ -291,11 +344,7 @@ pub(crate) fn insert_batch(
     };
     let tree = frontier.insert(tree);
     crate::merkle::append_leaves(transaction, tree, &envelopes)?;
-    if let Some(hook) = &store.hook {
-        hook.after_append(transaction, &envelopes)
-            .map_err(EventStoreError::Hook)?;
-    }
-    Ok(envelopes)
+    Ok((envelopes, true))
 }
 
 /// The expected-version check of one stream, inside the transaction;

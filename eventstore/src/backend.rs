@@ -16,9 +16,10 @@ use crate::sqlite::EventStore;
 
 /// The storage contract of the log.
 ///
-/// * `append` is atomic per batch, checks `expected` against the stream's
-///   version, assigns gapless global positions, chains hashes, and is
-///   idempotent by event id.
+/// * `append` (one stream) and `append_batch` (several) are atomic per
+///   batch, check each stream's `expected` against its version, assign
+///   gapless global positions, chain hashes, and are idempotent by event
+///   id.
 /// * Reads return envelopes in position order.
 /// * `verify` names the first bad position.
 pub trait Backend: Send + Sync {
@@ -28,6 +29,12 @@ pub trait Backend: Send + Sync {
         stream: StreamId,
         expected: ExpectedVersion,
         events: &[NewEvent],
+    ) -> Result<Vec<Envelope>>;
+    /// See [`EventStore::append_batch`]: several streams, one atomic
+    /// append, each stream checked against its own expected version.
+    fn append_batch(
+        &self,
+        batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
     ) -> Result<Vec<Envelope>>;
     /// Events matching `filter`, collected (callers that need streaming use
     /// the concrete backend's iterator).
@@ -56,6 +63,13 @@ impl Backend for EventStore {
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>> {
         EventStore::append(self, stream, expected, events)
+    }
+
+    fn append_batch(
+        &self,
+        batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
+    ) -> Result<Vec<Envelope>> {
+        EventStore::append_batch(self, batch)
     }
 
     fn query_page(&self, filter: &LogFilter) -> Result<Vec<Envelope>> {

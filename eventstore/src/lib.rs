@@ -13,7 +13,8 @@
 //!
 //! * [`sqlite`]: opening the file, schema and migrations, durability, the
 //!   [`AppendHook`] that lets read models commit with the events.
-//! * [`append`]: [`EventStore::append`] and [`ExpectedVersion`].
+//! * [`append`]: [`EventStore::append`], [`EventStore::append_batch`]
+//!   (several streams in one transaction) and [`ExpectedVersion`].
 //! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
 //! * [`write`]: [`EventStore::write`], the unit of work: appends to any

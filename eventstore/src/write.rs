@@ -20,7 +20,9 @@ pub struct Write<'s, 't> {
     store: &'s EventStore,
     transaction: &'t Transaction<'t>,
     frontier: Option<Frontier>,
-    appended: usize,
+    /// Everything newly appended, for the append hook, which runs once at
+    /// the end (a read model folds one batch, not one per stream).
+    appended: Vec<Envelope>,
 }
 
 impl Write<'_, '_> {
@@ -32,7 +34,7 @@ impl Write<'_, '_> {
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>> {
-        let envelopes = insert_batch(
+        let (envelopes, fresh) = insert_batch(
             self.store,
             self.transaction,
             &mut self.frontier,
@@ -40,7 +42,9 @@ impl Write<'_, '_> {
             expected,
             events,
         )?;
-        self.appended += envelopes.len();
+        if fresh {
+            self.appended.extend(envelopes.iter().cloned());
+        }
         Ok(envelopes)
     }
 
@@ -111,16 +115,21 @@ impl EventStore {
                 store: self,
                 transaction: &transaction,
                 frontier: None,
-                appended: 0,
+                appended: Vec::new(),
             };
             let value = f(&mut write)?;
             (value, write.frontier, write.appended)
         };
+        // New envelopes only: a retry's were folded when first appended.
+        if let Some(hook) = &self.hook
+            && !appended.is_empty()
+        {
+            hook.after_append(&transaction, &appended)
+                .map_err(EventStoreError::Hook)?;
+        }
         self.commit(transaction)?;
         if let Some(frontier) = frontier {
             self.frontier.put(frontier);
-        } else if appended > 0 {
-            self.frontier.clear();
         }
         Ok(value)
     }

@@ -24,6 +24,8 @@
 //! stays where it is and the report says why.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use cap_std::ambient_authority;
@@ -33,13 +35,13 @@ use sandlog_core::event::{
 };
 use sandlog_core::limits::{BATCH_EVENTS_MAX, PAYLOAD_BYTES_MAX};
 use sandlog_core::{NewEvent, SessionId, Timestamp, WorkspacePath};
-use sandlog_eventstore::ExpectedVersion;
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::lifecycle::Progress;
-use crate::workspace::{SCAN_ENTRIES_MAX, Workspace, fsync_dir};
+use crate::lifecycle::{FS_THREADS_MAX, Progress, in_parallel_threads};
+use crate::workspace::{SCAN_ENTRIES_MAX, fsync_dir};
 
 /// The seed systems' metadata file name.
 pub const SEED_METADATA_FILE: &str = ".metadata.json";
@@ -66,6 +68,58 @@ pub const ADOPT_DEPTH_MAX: usize = 256;
 /// the rest of the event; entries past it are still neutralised and are
 /// counted in `unrecorded` (and logged) instead of listed.
 pub const ADOPT_RECORD_BYTES_MAX: usize = PAYLOAD_BYTES_MAX / 2;
+
+/// Most sessions one append records during adoption. Their moves share
+/// one fsync of `workspaces/` and their events one transaction, instead of
+/// one of each per session; the bound keeps what a crash can leave
+/// half-done (moved, not yet recorded: orphans that `reconcile`
+/// quarantines) and what is held in memory small.
+pub const ADOPT_BATCH_SESSIONS: usize = 256;
+
+/// Most payload bytes of the events one adoption append holds. A single
+/// workspace needing more (many files) is appended alone; it is bounded by
+/// [`ADOPT_ENTRIES_MAX`] and [`ADOPT_RECORD_BYTES_MAX`].
+pub const ADOPT_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Most events (as inspected: one per entry, and one per workspace) of
+/// the workspaces being prepared or waiting to be recorded at once, besides
+/// the batch being filled. Workspaces are prepared on several threads;
+/// this keeps what they hold in memory to about one more append's worth,
+/// however large the workspaces. A single workspace needing more waits
+/// until nothing else is in flight.
+pub const ADOPT_IN_FLIGHT_EVENTS_MAX: usize = BATCH_EVENTS_MAX;
+
+/// Units of [`ADOPT_IN_FLIGHT_EVENTS_MAX`] handed out to workers.
+struct Budget {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Budget {
+    /// Waits until `units` fit (or nothing else is held), then takes them.
+    fn acquire(&self, units: usize) {
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        while *used > 0 && used.saturating_add(units) > ADOPT_IN_FLIGHT_EVENTS_MAX {
+            used = self
+                .freed
+                .wait(used)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        *used = used.saturating_add(units);
+    }
+
+    fn release(&self, units: usize) {
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *used = used.saturating_sub(units);
+        self.freed.notify_all();
+    }
+}
 
 /// What adoption did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -173,15 +227,28 @@ fn special_kind(file_type: &cap_std::fs::FileType) -> (&'static str, &'static st
     }
 }
 
+/// What inspecting a workspace found.
+#[derive(Debug)]
+struct Inspection {
+    /// Entries to refuse or copy.
+    findings: Vec<Finding>,
+    /// The regular files (the top-level metadata file aside): what the
+    /// adoption records.
+    files: Vec<PathBuf>,
+    /// Entries visited (at most [`ADOPT_ENTRIES_MAX`]).
+    entries: usize,
+}
+
 /// Inspects a workspace to be adopted without opening any entry but its
 /// directories: what to refuse and which files to copy. The top-level
 /// metadata file is left to the metadata handling. `Err` is why the
 /// workspace is not adopted (past a limit, unreadable); nothing was
 /// changed.
-fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
+fn inspect(source: &Path) -> std::result::Result<Inspection, String> {
     let dir = Dir::open_ambient_dir(source, ambient_authority())
         .map_err(|error| format!("opening {}: {error}", source.display()))?;
     let mut findings = Vec::new();
+    let mut files = Vec::new();
     let mut pending: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
     let mut visited = 0usize;
     while let Some((directory, depth)) = pending.pop() {
@@ -220,8 +287,9 @@ fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
                     .metadata()
                     .map_err(|error| format!("inspecting {}: {error}", path.display()))?;
                 if metadata.nlink() > 1 {
-                    findings.push(Finding::Copy { path });
+                    findings.push(Finding::Copy { path: path.clone() });
                 }
+                files.push(path);
             } else if file_type.is_symlink() {
                 let target = dir
                     .read_link_contents(&path)
@@ -239,7 +307,11 @@ fn inspect(source: &Path) -> std::result::Result<Vec<Finding>, String> {
             }
         }
     }
-    Ok(findings)
+    Ok(Inspection {
+        findings,
+        files,
+        entries: visited,
+    })
 }
 
 /// Replaces the file at `path` (relative to `dir`) by a private copy with
@@ -275,6 +347,64 @@ fn private_copy(dir: &Dir, path: &Path) -> std::io::Result<()> {
         let _ = dir.remove_file(&temporary);
     }
     copied
+}
+
+/// Bytes read at a time when hashing an adopted file.
+const HASH_CHUNK_BYTES: usize = 64 * 1024;
+
+/// blake3 and length of the file at `path` in `dir`, as read now. Opened
+/// without following a symlink and without blocking, and refused unless it
+/// is (still) a regular file, so an entry replaced since inspection by a
+/// FIFO or a device is never read. `None` when it is gone.
+fn hash_file(
+    dir: &Dir,
+    path: &Path,
+    buffer: &mut [u8],
+) -> std::io::Result<Option<(sandlog_core::Hash, u64)>> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    let mut file = match dir.open_with(path, &options) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "no longer a regular file (changed during adoption)",
+        ));
+    }
+    let mut hasher = blake3::Hasher::new();
+    let mut total = 0u64;
+    loop {
+        let read = std::io::Read::read(&mut file, buffer)?;
+        let Some(chunk) = buffer.get(..read).filter(|chunk| !chunk.is_empty()) else {
+            break;
+        };
+        hasher.update(chunk);
+        total = total.saturating_add(read as u64);
+    }
+    Ok(Some((
+        sandlog_core::Hash(*hasher.finalize().as_bytes()),
+        total,
+    )))
+}
+
+/// The workspace path of `path` (relative, as inspection built it), or
+/// `None` when sandlog cannot name it (too long or too deep).
+fn workspace_path(path: &Path) -> Option<WorkspacePath> {
+    let mut named: Option<WorkspacePath> = None;
+    for component in path.components() {
+        let Component::Normal(name) = component else {
+            return None;
+        };
+        named = Some(match &named {
+            None => WorkspacePath::from_os_name(name).ok()?,
+            Some(parent) => parent.join_os(name).ok()?,
+        });
+    }
+    named
 }
 
 #[derive(Debug, Deserialize)]
@@ -374,60 +504,341 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A workspace moved into the root and ready to be recorded.
+struct Prepared {
+    index: usize,
+    /// Units of the in-flight budget it holds until it joins a batch.
+    units: usize,
+    session_id: SessionId,
+    name: String,
+    status: MetadataStatus,
+    neutralised: Neutralised,
+    events: Vec<NewEvent>,
+}
+
+impl Prepared {
+    fn payload_bytes(&self) -> usize {
+        self.events.iter().map(|event| event.payload.len()).sum()
+    }
+}
+
+/// What became of one entry of the adopted directory.
+enum Settled {
+    Adopted {
+        session_id: SessionId,
+        status: MetadataStatus,
+        neutralised: Neutralised,
+    },
+    Skipped {
+        name: String,
+        reason: String,
+    },
+}
+
+/// One entry after the per-entry work: ready to record, or skipped.
+enum Looked {
+    Ready(Prepared),
+    Skipped(usize, String, String),
+}
+
+/// Workspaces prepared but not yet recorded: one append for all of them.
+#[derive(Default)]
+struct AdoptBatch {
+    prepared: Vec<Prepared>,
+    events: usize,
+    bytes: usize,
+}
+
+impl AdoptBatch {
+    /// Whether `next` must go into a batch of its own: this one would pass
+    /// a bound with it. A batch always takes one workspace.
+    fn is_full_for(&self, next: &Prepared) -> bool {
+        !self.prepared.is_empty()
+            && (self.prepared.len() >= ADOPT_BATCH_SESSIONS
+                || self.events + next.events.len() > BATCH_EVENTS_MAX
+                || self.bytes + next.payload_bytes() > ADOPT_BATCH_BYTES_MAX)
+    }
+
+    fn push(&mut self, prepared: Prepared) {
+        self.events += prepared.events.len();
+        self.bytes += prepared.payload_bytes();
+        self.prepared.push(prepared);
+    }
+}
+
+/// The report, from every entry's fate in the order of the entries.
+fn report_of(mut settled: Vec<(usize, Settled)>) -> AdoptReport {
+    settled.sort_by_key(|(index, _)| *index);
+    let mut report = AdoptReport::default();
+    for (_, fate) in settled {
+        match fate {
+            Settled::Adopted {
+                session_id,
+                status,
+                neutralised,
+            } => {
+                match status {
+                    MetadataStatus::Ok => report.adopted.push(session_id),
+                    MetadataStatus::Missing => report.legacy.push(session_id),
+                    MetadataStatus::Corrupted => report.corrupted.push(session_id),
+                }
+                if !neutralised.is_empty() {
+                    report.neutralised.push(neutralised);
+                }
+            }
+            Settled::Skipped { name, reason } => report.skipped.push((name, reason)),
+        }
+    }
+    report
+}
+
 impl Engine {
     /// Adopts every UUID-named directory in `source` (M4).
+    ///
+    /// Each workspace is checked, inspected, moved, neutralised and read
+    /// on its own, on up to [`FS_THREADS_MAX`] threads; this thread records
+    /// them in batches of up to [`ADOPT_BATCH_SESSIONS`]: one fsync of
+    /// `workspaces/`, then one append of every `session.adopted` and
+    /// `file.written` of the batch, each session's stream expected not to
+    /// exist yet. Workspaces being prepared or waiting hold at most
+    /// [`ADOPT_IN_FLIGHT_EVENTS_MAX`] events besides the batch, so memory
+    /// stays bounded however many and however large the workspaces are.
+    /// The report lists entries in the order they were read.
     pub fn adopt(&self, source: &Path, progress: Progress<'_>) -> Result<AdoptReport> {
-        let mut report = AdoptReport::default();
         let entries: Vec<_> = std::fs::read_dir(source)
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?
             .collect::<std::io::Result<_>>()
             .map_err(RuntimeError::io(format!("reading {}", source.display())))?;
         let in_place = source.canonicalize().ok() == self.layout.workspaces.canonicalize().ok();
         let total = entries.len() as u64;
-        for (index, entry) in entries.iter().enumerate() {
-            progress(index as u64, total);
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
-            let Ok(session_id) = SessionId::parse(&name) else {
-                report
-                    .skipped
-                    .push((name, "not a UUID-named directory".to_owned()));
-                continue;
-            };
-            if !is_dir {
-                report.skipped.push((name, "not a directory".to_owned()));
-                continue;
-            }
-            if self.store.stream_version(session_id.stream())?.is_some() {
-                report
-                    .skipped
-                    .push((name, "already known to this root".to_owned()));
-                continue;
-            }
-            let findings = match inspect(&entry.path()) {
-                Ok(findings) => findings,
-                Err(reason) => {
-                    tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
-                    report.skipped.push((name, reason));
-                    continue;
+        progress(0, total);
+        let mut settled: Vec<(usize, Settled)> = Vec::with_capacity(entries.len());
+        let mut batch = AdoptBatch::default();
+        let mut done = 0u64;
+        let budget = Budget {
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        };
+        let mut take = |looked: Looked, settled: &mut Vec<(usize, Settled)>| {
+            match looked {
+                Looked::Skipped(index, name, reason) => {
+                    settled.push((index, Settled::Skipped { name, reason }));
                 }
-            };
-            match self.adopt_one(session_id, &entry.path(), in_place, &findings) {
-                Ok((status, neutralised)) => {
-                    match status {
-                        MetadataStatus::Ok => report.adopted.push(session_id),
-                        MetadataStatus::Missing => report.legacy.push(session_id),
-                        MetadataStatus::Corrupted => report.corrupted.push(session_id),
+                Looked::Ready(prepared) => {
+                    if batch.is_full_for(&prepared) {
+                        self.record_adopted(std::mem::take(&mut batch), in_place, settled);
                     }
-                    if !neutralised.is_empty() {
-                        report.neutralised.push(neutralised);
+                    // From here the batch's own bounds hold it.
+                    budget.release(prepared.units);
+                    batch.push(prepared);
+                }
+            }
+            done += 1;
+            progress(done, total);
+        };
+        let threads = in_parallel_threads(entries.len(), FS_THREADS_MAX);
+        let next = AtomicUsize::new(0);
+        let budget = &budget;
+        // Workers never block on sending (the channel is unbounded; the
+        // budget bounds what it holds), so this thread always drains it
+        // and releases what workers wait for.
+        let work = |sender: std::sync::mpsc::Sender<Looked>| {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = entries.get(index) else {
+                    break;
+                };
+                if sender
+                    .send(self.look_at(index, entry, in_place, budget))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        };
+        let work = &work;
+        std::thread::scope(|scope| {
+            let (sender, receiver) = std::sync::mpsc::channel::<Looked>();
+            if threads > 1 {
+                for _ in 0..threads {
+                    let sender = sender.clone();
+                    if let Err(error) = std::thread::Builder::new()
+                        .name("sandlog-adopt".to_owned())
+                        .spawn_scoped(scope, move || work(sender))
+                    {
+                        tracing::warn!(%error, "starting a worker thread failed");
+                        break;
                     }
                 }
-                Err(error) => report.skipped.push((name, error.to_string())),
+            }
+            drop(sender);
+            for looked in receiver {
+                take(looked, &mut settled);
+            }
+            // Entries no worker took (one entry's worth of work, or no
+            // thread could be started) are done here.
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(entry) = entries.get(index) else {
+                    break;
+                };
+                take(self.look_at(index, entry, in_place, budget), &mut settled);
+            }
+        });
+        self.record_adopted(batch, in_place, &mut settled);
+        progress(total, total);
+        Ok(report_of(settled))
+    }
+
+    /// The per-entry work of an adoption: whether the entry is a session
+    /// directory this root does not know, its inspection, and its
+    /// preparation (see [`Engine::prepare_adoption`]), for which it takes
+    /// units of `budget` (released when the workspace joins a batch, or
+    /// here when preparing fails).
+    fn look_at(
+        &self,
+        index: usize,
+        entry: &std::fs::DirEntry,
+        in_place: bool,
+        budget: &Budget,
+    ) -> Looked {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let skip = |name: String, reason: String| Looked::Skipped(index, name, reason);
+        let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
+        let Ok(session_id) = SessionId::parse(&name) else {
+            return skip(name, "not a UUID-named directory".to_owned());
+        };
+        if !is_dir {
+            return skip(name, "not a directory".to_owned());
+        }
+        match self.store.stream_version(session_id.stream()) {
+            Ok(None) => {}
+            Ok(Some(_)) => return skip(name, "already known to this root".to_owned()),
+            Err(error) => {
+                return skip(
+                    name,
+                    format!(
+                        "checking the log for it failed: {}",
+                        RuntimeError::from(error)
+                    ),
+                );
             }
         }
-        progress(total, total);
-        Ok(report)
+        let inspection = match inspect(&entry.path()) {
+            Ok(inspection) => inspection,
+            Err(reason) => {
+                tracing::warn!(target: "sandlog::lifecycle", %session_id, reason, "workspace not adopted");
+                return skip(name, reason);
+            }
+        };
+        let units = inspection.entries.saturating_add(1);
+        budget.acquire(units);
+        match self.prepare_adoption(session_id, &entry.path(), in_place, &inspection) {
+            Ok((status, neutralised, events)) => Looked::Ready(Prepared {
+                index,
+                units,
+                session_id,
+                name,
+                status,
+                neutralised,
+                events,
+            }),
+            Err(error) => {
+                budget.release(units);
+                skip(name, error.to_string())
+            }
+        }
+    }
+
+    /// Records a batch of prepared workspaces in one append, after one
+    /// fsync of `workspaces/` makes their moves durable. A session whose
+    /// stream appeared meanwhile (another process adopted it) is left out
+    /// and the rest appended again; any other failure skips the whole
+    /// batch, its directories staying in `workspaces/` unrecorded (as
+    /// orphans for `reconcile`), as one unrecorded workspace did before.
+    fn record_adopted(
+        &self,
+        batch: AdoptBatch,
+        in_place: bool,
+        settled: &mut Vec<(usize, Settled)>,
+    ) {
+        let mut prepared = batch.prepared;
+        if prepared.is_empty() {
+            return;
+        }
+        let skip_all = |prepared: Vec<Prepared>,
+                        settled: &mut Vec<(usize, Settled)>,
+                        reason: String| {
+            for item in prepared {
+                tracing::warn!(target: "sandlog::lifecycle", session_id = %item.session_id, %reason, "workspace not adopted");
+                settled.push((
+                    item.index,
+                    Settled::Skipped {
+                        name: item.name,
+                        reason: reason.clone(),
+                    },
+                ));
+            }
+        };
+        if !in_place && let Err(error) = fsync_dir(&self.layout.workspaces) {
+            let error = RuntimeError::io("syncing workspaces")(error);
+            skip_all(prepared, settled, error.to_string());
+            return;
+        }
+        let mut parts: Vec<_> = prepared
+            .iter_mut()
+            .map(|item| {
+                (
+                    item.session_id.stream(),
+                    ExpectedVersion::NoStream,
+                    std::mem::take(&mut item.events),
+                )
+            })
+            .collect();
+        loop {
+            match self.store.append_batch(&parts) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    let Some(index) = parts.iter().position(|(other, _, _)| *other == stream)
+                    else {
+                        skip_all(
+                            prepared,
+                            settled,
+                            format!("recording the adoption failed: conflict on {stream}"),
+                        );
+                        return;
+                    };
+                    parts.remove(index);
+                    let item = prepared.remove(index);
+                    settled.push((
+                        item.index,
+                        Settled::Skipped {
+                            name: item.name,
+                            reason: "already known to this root".to_owned(),
+                        },
+                    ));
+                    if parts.is_empty() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    skip_all(prepared, settled, RuntimeError::from(error).to_string());
+                    return;
+                }
+            }
+        }
+        for (item, (_, _, events)) in prepared.into_iter().zip(parts) {
+            let session_id = item.session_id;
+            tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?item.status, files = events.len().saturating_sub(1), refused = item.neutralised.refused.len(), copied_links = item.neutralised.copied_links.len(), "adopted");
+            settled.push((
+                item.index,
+                Settled::Adopted {
+                    session_id,
+                    status: item.status,
+                    neutralised: item.neutralised,
+                },
+            ));
+        }
     }
 
     /// Refuses and copies what inspection found, in the workspace now at
@@ -543,13 +954,18 @@ impl Engine {
         }
     }
 
-    fn adopt_one(
+    /// Moves one workspace into the root, neutralises what inspection
+    /// found, takes its metadata out and builds the events that record it
+    /// (appended by [`Engine::record_adopted`]). `workspaces/` is not
+    /// synced here: the batch syncs it once before its append.
+    fn prepare_adoption(
         &self,
         session_id: SessionId,
         source: &Path,
         in_place: bool,
-        findings: &[Finding],
-    ) -> Result<(MetadataStatus, Neutralised)> {
+        inspection: &Inspection,
+    ) -> Result<(MetadataStatus, Neutralised, Vec<NewEvent>)> {
+        let findings = &inspection.findings;
         let target = self.layout.workspace(session_id);
         let metadata_path = source.join(SEED_METADATA_FILE);
         let (status, timestamps) = match read_seed_metadata(
@@ -579,7 +995,6 @@ impl Engine {
                 source.display(),
                 target.display()
             )))?;
-            fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io("syncing workspaces"))?;
         }
         let neutralised = match self.neutralise(session_id, &target, findings) {
             Ok(neutralised) => neutralised,
@@ -622,8 +1037,28 @@ impl Engine {
             }
             MetadataStatus::Missing => {}
         }
-        let workspace = Workspace::open(&target)?;
-        let mut events: Vec<NewEvent> = vec![self.event(&Event::SessionAdopted(SessionAdopted {
+        // The files inspection listed (refused entries were never regular
+        // files; copied ones keep their path), each hashed as read now.
+        let dir = Dir::open_ambient_dir(&target, ambient_authority())
+            .map_err(RuntimeError::io(format!("opening {}", target.display())))?;
+        let mut buffer = vec![0u8; HASH_CHUNK_BYTES];
+        let mut files = std::collections::BTreeMap::new();
+        for path in &inspection.files {
+            let Some(named) = workspace_path(path) else {
+                tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %path.display(), "skipping a file sandlog cannot name");
+                continue;
+            };
+            let hashed = hash_file(&dir, path, &mut buffer).map_err(RuntimeError::io(format!(
+                "hashing {} in {}",
+                path.display(),
+                target.display()
+            )))?;
+            if let Some(hashed) = hashed {
+                files.insert(named, hashed);
+            }
+        }
+        let mut events: Vec<NewEvent> = Vec::with_capacity(files.len() + 1);
+        events.push(self.event(&Event::SessionAdopted(SessionAdopted {
             session_id,
             created_at: timestamps.map(|(created, _)| created),
             updated_at: timestamps.map(|(_, updated)| updated),
@@ -633,23 +1068,19 @@ impl Engine {
             refused: neutralised.refused.clone(),
             copied_links: neutralised.copied_links.clone(),
             unrecorded: neutralised.unrecorded,
-        }))];
-        for (path, scanned) in workspace.scan()? {
-            let blake3 = workspace.hash(&path)?;
+        })));
+        for (path, (blake3, size)) in files {
             let file = FileWritten {
                 content_kept: None,
                 not_kept: None,
-                path: WorkspacePath::clone(&path),
-                size: scanned.size,
+                path,
+                size,
                 blake3,
                 by: WrittenBy::Adoption,
             };
             events.push(self.event(&Event::FileWritten(file)));
         }
-        self.store
-            .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
-        tracing::info!(target: "sandlog::lifecycle", event = "session.adopted", %session_id, metadata = ?status, files = events.len() - 1, refused = neutralised.refused.len(), copied_links = neutralised.copied_links.len(), "adopted");
-        Ok((status, neutralised))
+        Ok((status, neutralised, events))
     }
 }
 

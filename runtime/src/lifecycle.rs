@@ -18,9 +18,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use sandlog_core::event::{
     Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted,
     SessionIntentFailed, SessionPruneFailed, SessionPruneRequested, SessionPruned,
@@ -34,7 +37,7 @@ use sandlog_projections::query;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Layout};
 use crate::error::{Result, RuntimeError};
 use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
 use crate::workspace::fsync_dir;
@@ -140,6 +143,123 @@ pub struct DeleteReport {
 /// Progress of a long operation, for progress bars.
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
+/// Most sessions one prune batch destroys. A batch's intents are one
+/// append and its completions another, so the two commits (and one fsync
+/// of `workspaces/`) are shared by the whole batch; its sessions' leases
+/// are held from the first append to the second, one open file each, so
+/// the bound keeps a prune well under the usual soft limit of 1,024
+/// descriptors.
+pub const PRUNE_BATCH_SESSIONS: usize = 256;
+
+/// Most threads doing one step of a batch's filesystem work at once
+/// (taking leases, removing workspaces, removing lease files, preparing
+/// adopted workspaces). Each item is a few metadata operations whose
+/// latency (the filesystem's journal, a busy disk, a busy CPU to wake up
+/// on) is mostly waiting, so many in flight overlap it even on few cores;
+/// removals in one directory still take its lock in turn, so more threads
+/// than this only add contention.
+pub const FS_THREADS_MAX: usize = 16;
+
+/// Fewest items a thread is given: below that, starting the thread costs
+/// more than it saves.
+const ITEMS_PER_THREAD_MIN: usize = 8;
+
+/// How many threads `items` items are worth, at most `threads_max`: each
+/// gets at least [`ITEMS_PER_THREAD_MIN`].
+pub(crate) fn in_parallel_threads(items: usize, threads_max: usize) -> usize {
+    threads_max.min(items / ITEMS_PER_THREAD_MIN).max(1)
+}
+
+/// Runs `work` on every item, on up to `threads_max` threads (the calling
+/// one included; each given at least [`ITEMS_PER_THREAD_MIN`] items);
+/// returns the results in the order of the items. A thread that cannot be
+/// started leaves its share to the others.
+pub(crate) fn in_parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    threads_max: usize,
+    work: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads_max.min(items.len() / ITEMS_PER_THREAD_MIN).max(1);
+    if threads == 1 {
+        return items.into_iter().map(work).collect();
+    }
+    let slots: Vec<Mutex<Option<T>>> = items
+        .into_iter()
+        .map(|item| Mutex::new(Some(item)))
+        .collect();
+    let results: Vec<Mutex<Option<R>>> = slots.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let run = || {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let (Some(slot), Some(result)) = (slots.get(index), results.get(index)) else {
+                break;
+            };
+            let item = slot
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            if let Some(item) = item {
+                let done = work(item);
+                *result
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(done);
+            }
+        }
+    };
+    // A worker that panics makes the scope panic when it ends: results are
+    // never silently missing.
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            if let Err(error) = std::thread::Builder::new()
+                .name("sandlog-fs".to_owned())
+                .spawn_scoped(scope, run)
+            {
+                tracing::warn!(%error, "starting a worker thread failed; doing its share here");
+                break;
+            }
+        }
+        run();
+    });
+    results
+        .into_iter()
+        .filter_map(|result| {
+            result
+                .into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+        .collect()
+}
+
+/// A prune candidate whose session this run holds: its in-process lock and
+/// its exclusive lease.
+struct Held<'a, 'l> {
+    candidate: &'a PruneCandidate,
+    lease: Lease,
+    guard: MutexGuard<'l, ()>,
+}
+
+/// Removes a session's workspace directory from `workspaces` (without
+/// syncing it): the fault injector first, then the removal; returns the
+/// bytes it held.
+fn remove_workspace_unsynced(
+    layout: &Layout,
+    workspaces: &Dir,
+    fault: Option<&SharedFaultInjector>,
+    session_id: SessionId,
+) -> Result<u64> {
+    let path = layout.workspace(session_id);
+    if let Some(fault) = fault {
+        fault
+            .before_remove(session_id, &path)
+            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+    }
+    // By directory handle: any tree a guest can build (deeper than
+    // PATH_MAX, say) is measured and removed with O(1) descriptors.
+    crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
+        .map_err(RuntimeError::io(format!("removing {}", path.display())))
+}
+
 impl Engine {
     /// Removes a session's workspace directory and fsyncs its parent;
     /// returns the bytes it held.
@@ -154,15 +274,78 @@ impl Engine {
         // PATH_MAX, say) is measured and removed with O(1) descriptors.
         let bytes = crate::workspace::remove_dir_tree(&path)
             .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        self.sync_workspaces()?;
+        Ok(bytes)
+    }
+
+    fn sync_workspaces(&self) -> Result<()> {
         fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
             "syncing {}",
             self.layout.workspaces.display()
-        )))?;
-        Ok(bytes)
+        )))
+    }
+
+    /// Removes the workspaces of `sessions` on up to [`FS_THREADS_MAX`]
+    /// threads, then fsyncs `workspaces/` once, so every removal reported
+    /// `Ok` is durable. Results are in the order given; `removed` is called
+    /// after each removal.
+    pub(crate) fn remove_workspaces(
+        &self,
+        sessions: Vec<SessionId>,
+        removed: &(dyn Fn() + Sync),
+    ) -> Vec<Result<u64>> {
+        let workspaces = match Dir::open_ambient_dir(&self.layout.workspaces, ambient_authority()) {
+            Ok(workspaces) => workspaces,
+            Err(error) => {
+                let message = format!("opening {}: {error}", self.layout.workspaces.display());
+                return sessions
+                    .iter()
+                    .map(|_| {
+                        Err(RuntimeError::Io {
+                            context: message.clone(),
+                            source: std::io::Error::new(error.kind(), error.to_string()),
+                        })
+                    })
+                    .collect();
+            }
+        };
+        let layout = &self.layout;
+        let fault = self.options.fault.as_ref();
+        let mut results = in_parallel(sessions, FS_THREADS_MAX, |session_id| {
+            let result = remove_workspace_unsynced(layout, &workspaces, fault, session_id);
+            removed();
+            result
+        });
+        if results.iter().any(Result::is_ok)
+            && let Err(error) = self.sync_workspaces()
+        {
+            // Whether the removals reached the disk is unknown: none is
+            // reported done.
+            let message = error.to_string();
+            for result in &mut results {
+                if result.is_ok() {
+                    *result = Err(RuntimeError::Io {
+                        context: message.clone(),
+                        source: std::io::Error::other("the removal may not be durable"),
+                    });
+                }
+            }
+        }
+        results
     }
 
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
     /// nothing, and lists exactly the sessions a real run would delete now.
+    ///
+    /// A real run works in batches of up to [`PRUNE_BATCH_SESSIONS`]:
+    /// it takes each session's lock and exclusive lease (a busy session is
+    /// skipped), appends every intent in one transaction (each expecting
+    /// the version the candidate was read at), removes the directories in
+    /// parallel, fsyncs `workspaces/` once, and appends every completion
+    /// in one transaction. A crash anywhere leaves each session either
+    /// untouched (its intent was not committed) or pending (committed),
+    /// which `Engine::open` finishes. `progress` is first called before
+    /// any session is taken.
     pub fn prune(
         &self,
         policy: &PrunePolicy,
@@ -214,9 +397,65 @@ impl Engine {
             &[self.event(&started_event).correlated(correlation)],
         )?;
         let total = plan.candidates.len() as u64;
-        for (index, candidate) in plan.candidates.iter().enumerate() {
-            progress(index as u64, total);
-            self.prune_one(candidate, policy, run_id, &mut report);
+        progress(0, total);
+        let done = AtomicU64::new(0);
+        let advance = || {
+            let done = done.fetch_add(1, Ordering::Relaxed) + 1;
+            progress(done.min(total), total);
+        };
+        let locks: Vec<_> = plan
+            .candidates
+            .iter()
+            .map(|candidate| self.lock_session(candidate.session_id))
+            .collect();
+        let batches: Vec<_> = plan
+            .candidates
+            .chunks(PRUNE_BATCH_SESSIONS)
+            .zip(locks.chunks(PRUNE_BATCH_SESSIONS))
+            .collect();
+        let take = |index: usize, report: &mut PruneReport| -> Vec<Held<'_, '_>> {
+            let Some((batch, locks)) = batches.get(index) else {
+                return Vec::new();
+            };
+            let (held, settled) = self.prune_take(batch, locks, policy, run_id, report);
+            // Sessions kept or failed before removal count as done.
+            for _ in 0..settled {
+                advance();
+            }
+            held
+        };
+        // Batch k's directories are removed on other threads while this
+        // one takes batch k + 1 and appends its intents; then batch k's
+        // completions are appended. Each session still goes intent,
+        // removal, completion, and at most two batches are held at once.
+        let mut current = take(0, &mut report);
+        for index in 1..=batches.len() {
+            let sessions: Vec<SessionId> = current
+                .iter()
+                .map(|held| held.candidate.session_id)
+                .collect();
+            let (removals, next) = std::thread::scope(|scope| {
+                let remover = std::thread::Builder::new()
+                    .name("sandlog-prune".to_owned())
+                    .spawn_scoped(scope, {
+                        let sessions = sessions.clone();
+                        let advance = &advance;
+                        move || self.remove_workspaces(sessions, advance)
+                    });
+                let next = take(index, &mut report);
+                let removals = match remover {
+                    Ok(remover) => remover
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(error) => {
+                        tracing::warn!(%error, "starting the removal thread failed; removing here");
+                        self.remove_workspaces(sessions, &advance)
+                    }
+                };
+                (removals, next)
+            });
+            self.prune_finish(current, removals, run_id, &mut report);
+            current = next;
         }
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;
@@ -238,111 +477,249 @@ impl Engine {
         Ok(report)
     }
 
-    fn prune_one(
+    /// Skips a session in a prune run's report.
+    fn prune_skip(report: &mut PruneReport, session_id: SessionId, reason: String) {
+        tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
+        report.skipped_sessions.push(session_id);
+        report.skipped_reasons.insert(session_id, reason);
+    }
+
+    /// Takes one batch of a prune run (see [`Engine::prune`]): each
+    /// session's lock and exclusive lease, then every intent in one
+    /// append. Returns the sessions held with their intents recorded, and
+    /// how many candidates were settled otherwise (kept or failed).
+    fn prune_take<'a, 'l>(
         &self,
-        candidate: &PruneCandidate,
+        batch: &'a [PruneCandidate],
+        locks: &'l [Arc<Mutex<()>>],
         policy: &PrunePolicy,
         run_id: Uuid,
         report: &mut PruneReport,
-    ) {
-        let session_id = candidate.session_id;
-        let lock = self.lock_session(session_id);
-        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    ) -> (Vec<Held<'a, 'l>>, usize) {
         // Held through intent, removal and completion: an execution cannot
-        // start in between, and one that runs now keeps its workspace.
-        let lease = match Lease::acquire(
-            &self.layout.root,
-            session_id,
-            LeaseMode::Exclusive,
-            Duration::ZERO,
-        ) {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
-                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, reason = BUSY_SKIP_REASON, "skipped: its lease is held");
-                report.skipped_sessions.push(session_id);
-                report
-                    .skipped_reasons
-                    .insert(session_id, BUSY_SKIP_REASON.to_owned());
-                return;
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", %session_id, %error, "taking the lease failed");
-                report.errors.insert(session_id, error.to_string());
-                return;
-            }
-        };
-        tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", %session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
-        let intent = Event::SessionPruneRequested(SessionPruneRequested {
-            run_id,
-            age_us: candidate.age_us,
-            threshold_us: u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX),
-            size_bytes: candidate.bytes,
-        });
-        let intent_version = candidate.version.next();
-        match self.store.append(
-            session_id.stream(),
-            ExpectedVersion::Exact(candidate.version),
-            &[self.event(&intent).correlated(Some(run_id))],
-        ) {
-            Ok(_) => {}
-            Err(EventStoreError::VersionConflict { .. }) => {
-                let reason =
-                    "used during the prune run (its log moved past the candidate's version): kept"
-                        .to_owned();
-                tracing::info!(target: "sandlog::prune", event = "session.prune.skipped", %session_id, %reason, "skipped");
-                report.skipped_sessions.push(session_id);
-                report.skipped_reasons.insert(session_id, reason);
-                return;
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", %session_id, %error, "prune intent failed");
-                report.errors.insert(session_id, error.to_string());
-                return;
+        // start in between, and one that runs now (in this process: the
+        // lock; in any: the lease) keeps its workspace.
+        let mut locked = Vec::with_capacity(batch.len());
+        for (candidate, lock) in batch.iter().zip(locks) {
+            match lock.try_lock() {
+                Ok(guard) => locked.push((candidate, guard)),
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    locked.push((candidate, poisoned.into_inner()));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    Self::prune_skip(report, candidate.session_id, BUSY_SKIP_REASON.to_owned());
+                }
             }
         }
-        match self.remove_workspace(session_id) {
-            Ok(bytes) => {
-                let done = Event::SessionPruned(SessionPruned {
-                    run_id: Some(run_id),
-                    reclaimed_bytes: bytes,
-                });
-                match self.store.append(
+        let root = &self.layout.root;
+        let leases = in_parallel(
+            locked
+                .iter()
+                .map(|(candidate, _)| candidate.session_id)
+                .collect(),
+            FS_THREADS_MAX,
+            |session_id| Lease::acquire(root, session_id, LeaseMode::Exclusive, Duration::ZERO),
+        );
+        let mut held: Vec<Held<'a, 'l>> = Vec::with_capacity(locked.len());
+        for ((candidate, guard), lease) in locked.into_iter().zip(leases) {
+            let session_id = candidate.session_id;
+            match lease {
+                Ok(Some(lease)) => held.push(Held {
+                    candidate,
+                    lease,
+                    guard,
+                }),
+                Ok(None) => {
+                    Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
+                }
+                Err(error) => {
+                    tracing::error!(target: "sandlog::prune", %session_id, %error, "taking the lease failed");
+                    report.errors.insert(session_id, error.to_string());
+                }
+            }
+        }
+        let mut settled = batch.len() - held.len();
+        if held.is_empty() {
+            return (held, settled);
+        }
+
+        // The intents, one transaction. A session used since its candidate
+        // was read fails the whole append; it is dropped (kept) and the
+        // rest appended again.
+        let threshold_us = u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX);
+        let mut conflicts = 0;
+        loop {
+            let intents: Vec<_> = held
+                .iter()
+                .map(|held| {
+                    let candidate = held.candidate;
+                    let intent = Event::SessionPruneRequested(SessionPruneRequested {
+                        run_id,
+                        age_us: candidate.age_us,
+                        threshold_us,
+                        size_bytes: candidate.bytes,
+                    });
+                    (
+                        candidate.session_id.stream(),
+                        ExpectedVersion::Exact(candidate.version),
+                        vec![self.event(&intent).correlated(Some(run_id))],
+                    )
+                })
+                .collect();
+            match self.store.append_batch(&intents) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    conflicts += 1;
+                    let before = held.len();
+                    // Re-read every session once so that many sessions used
+                    // during the run cost one retry, not one each; the one
+                    // named is dropped in any case, so the loop ends.
+                    let recheck = conflicts == 1;
+                    held.retain(|held| {
+                        let candidate = held.candidate;
+                        let moved = candidate.session_id.stream() == stream
+                            || (recheck
+                                && !matches!(
+                                    self.store.stream_version(candidate.session_id.stream()),
+                                    Ok(Some(version)) if version == candidate.version
+                                ));
+                        if moved {
+                            Self::prune_skip(
+                                report,
+                                candidate.session_id,
+                                "used during the prune run (its log moved past the candidate's version): kept".to_owned(),
+                            );
+                        }
+                        !moved
+                    });
+                    settled += before - held.len();
+                    if held.is_empty() {
+                        return (held, settled);
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(target: "sandlog::prune", %error, sessions = held.len(), "prune intents failed");
+                    for held in &held {
+                        report
+                            .errors
+                            .insert(held.candidate.session_id, error.to_string());
+                    }
+                    return (Vec::new(), settled + held.len());
+                }
+            }
+        }
+        for held in &held {
+            let candidate = held.candidate;
+            tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
+        }
+        (held, settled)
+    }
+
+    /// Finishes one batch of a prune run whose directories were removed
+    /// (`removals`, in the order of `held`): every completion in one
+    /// append, the report, then the lease files and locks.
+    fn prune_finish(
+        &self,
+        held: Vec<Held<'_, '_>>,
+        removals: Vec<Result<u64>>,
+        run_id: Uuid,
+        report: &mut PruneReport,
+    ) {
+        if held.is_empty() {
+            return;
+        }
+        // The completions, one transaction, each expecting its intent.
+        let mut completions: Vec<_> = held
+            .iter()
+            .zip(&removals)
+            .map(|(held, removal)| {
+                let done = match removal {
+                    Ok(bytes) => Event::SessionPruned(SessionPruned {
+                        run_id: Some(run_id),
+                        reclaimed_bytes: *bytes,
+                    }),
+                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed {
+                        run_id: Some(run_id),
+                        error: error.to_string(),
+                    }),
+                };
+                let session_id = held.candidate.session_id;
+                (
                     session_id.stream(),
-                    ExpectedVersion::Exact(intent_version),
-                    &[self.event(&done).correlated(Some(run_id))],
-                ) {
-                    Ok(_) => {
-                        tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
-                        report.deleted_sessions.push(session_id);
-                        report.reclaimed_bytes += bytes;
-                        if let Err(error) = lease.remove() {
-                            tracing::warn!(%session_id, %error, "removing the lease file failed");
+                    ExpectedVersion::Exact(held.candidate.version.next()),
+                    vec![self.event(&done).correlated(Some(run_id))],
+                )
+            })
+            .collect();
+        let mut unrecorded: BTreeMap<SessionId, String> = BTreeMap::new();
+        while !completions.is_empty() {
+            match self.store.append_batch(&completions) {
+                Ok(_) => break,
+                Err(EventStoreError::VersionConflict { stream, .. }) => {
+                    // Nothing else appends to a session whose lease this run
+                    // holds; if something did, that one stays pending for
+                    // the applier and the others are recorded.
+                    let error = format!("the session's log moved during its prune ({stream})");
+                    completions.retain(|(other, _, _)| {
+                        if *other == stream
+                            && let StreamId::Session(session_id) = other
+                        {
+                            unrecorded.insert(*session_id, error.clone());
+                        }
+                        *other != stream
+                    });
+                }
+                Err(error) => {
+                    for (stream, _, _) in &completions {
+                        if let StreamId::Session(session_id) = stream {
+                            unrecorded.insert(*session_id, error.to_string());
                         }
                     }
-                    Err(error) => {
-                        report.errors.insert(
-                            session_id,
-                            format!("deleted, but recording it failed: {error}"),
-                        );
-                    }
+                    break;
                 }
-            }
-            Err(error) => {
-                tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
-                let failed = Event::SessionPruneFailed(SessionPruneFailed {
-                    run_id: Some(run_id),
-                    error: error.to_string(),
-                });
-                if let Err(append_error) = self.store.append(
-                    session_id.stream(),
-                    ExpectedVersion::Exact(intent_version),
-                    &[self.event(&failed).correlated(Some(run_id))],
-                ) {
-                    tracing::error!(%session_id, %append_error, "recording the prune failure failed; the applier will retry the intent");
-                }
-                report.errors.insert(session_id, error.to_string());
             }
         }
+
+        let mut finished = Vec::new();
+        let mut guards = Vec::with_capacity(held.len());
+        for (held, removal) in held.into_iter().zip(removals) {
+            let session_id = held.candidate.session_id;
+            guards.push(held.guard);
+            match (removal, unrecorded.remove(&session_id)) {
+                (Ok(bytes), None) => {
+                    tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
+                    report.deleted_sessions.push(session_id);
+                    report.reclaimed_bytes += bytes;
+                    finished.push((session_id, held.lease));
+                }
+                (Ok(_), Some(error)) => {
+                    tracing::error!(target: "sandlog::prune", %session_id, %error, "deleted, but recording it failed; the applier will finish the intent");
+                    report.errors.insert(
+                        session_id,
+                        format!("deleted, but recording it failed: {error}"),
+                    );
+                }
+                (Err(error), recorded) => {
+                    tracing::error!(target: "sandlog::prune", event = "session.prune.failed", %session_id, %error, "prune failed");
+                    if let Some(append_error) = recorded {
+                        tracing::error!(%session_id, %append_error, "recording the prune failure failed; the applier will retry the intent");
+                    }
+                    report.errors.insert(session_id, error.to_string());
+                }
+            }
+        }
+        // A pruned session's lease file goes, by its holder, after the
+        // terminal event; the locks are released last.
+        in_parallel(
+            finished,
+            FS_THREADS_MAX,
+            |(session_id, lease): (SessionId, Lease)| {
+                if let Err(error) = lease.remove() {
+                    tracing::warn!(%session_id, %error, "removing the lease file failed");
+                }
+            },
+        );
+        drop(guards);
     }
 
     /// Deletes a session (S6): intent, removal, completion. Waits up to

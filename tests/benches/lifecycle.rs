@@ -1,12 +1,15 @@
-//! Lifecycle benchmark (issue 5): prune-candidate selection plus a dry run
-//! over many sessions, a real prune of many small sessions, reconcile with
-//! nothing to do, and — for comparison, in the same run — the seed
-//! systems' way: a directory scan reading `.metadata.json` in every
-//! workspace.
+//! Lifecycle benchmark: prune-candidate selection plus a dry run over many
+//! sessions, a real prune of many small sessions (half of them old), an
+//! adoption of seed-layout workspaces, reconcile with nothing to do, and —
+//! for comparison, in the same run — the seed systems' way: a directory
+//! scan reading `.metadata.json` in every workspace, and a seed-style
+//! prune of the same sessions (read each `.metadata.json`, compare
+//! `updated_at`, measure and remove the directory, one after another).
 //!
 //! Run: `cargo bench -p sandlog-tests --bench lifecycle`. Sizes:
 //! `SANDLOG_BENCH_SESSIONS` (default 100000), `SANDLOG_BENCH_PRUNE`
-//! (default 10000), `SANDLOG_BENCH_RECONCILE` (default 10000).
+//! (default 10000; half are old enough to prune), `SANDLOG_BENCH_ADOPT`
+//! (default 2000), `SANDLOG_BENCH_RECONCILE` (default 10000).
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -119,12 +122,78 @@ fn seed_scan(dir: &Path, threshold: Timestamp) -> BenchResult<usize> {
     Ok(old)
 }
 
+/// A seed-layout workspace: `.metadata.json` and the given files.
+fn write_seed_workspace(
+    dir: &Path,
+    id: SessionId,
+    created: Timestamp,
+    updated: Timestamp,
+    files: &[(&str, &[u8])],
+) -> BenchResult<()> {
+    let workspace = dir.join(id.to_string());
+    std::fs::create_dir(&workspace)?;
+    std::fs::write(
+        workspace.join(".metadata.json"),
+        format!(
+            r#"{{"session_id":"{id}","created_at":"{created}","updated_at":"{updated}","version":1}}"#
+        ),
+    )?;
+    for (name, contents) in files {
+        std::fs::write(workspace.join(name), contents)?;
+    }
+    Ok(())
+}
+
+/// Size of the regular files under `dir` (what the seed logs per deletion).
+fn tree_bytes(dir: &Path) -> std::io::Result<u64> {
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
+            bytes += tree_bytes(&entry.path())?;
+        } else if file_type.is_file() {
+            bytes += entry.metadata()?.len();
+        }
+    }
+    Ok(bytes)
+}
+
+/// The seed systems' prune, in Rust: for each session directory read
+/// `.metadata.json`, compare `updated_at` with the threshold, and measure
+/// and remove (`shutil.rmtree`) the old ones, one after another. Returns
+/// how many it removed.
+fn seed_prune(dir: &Path, threshold: Timestamp) -> BenchResult<usize> {
+    let mut removed = 0;
+    let mut reclaimed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let Ok(bytes) = std::fs::read(entry.path().join(".metadata.json")) else {
+            continue;
+        };
+        let value: serde_json::Value = serde_json::from_slice(&bytes)?;
+        let updated = value
+            .get("updated_at")
+            .and_then(|v| v.as_str())
+            .map(Timestamp::parse)
+            .transpose()?;
+        if updated.is_some_and(|t| t <= threshold) {
+            reclaimed += tree_bytes(&entry.path())?;
+            std::fs::remove_dir_all(entry.path())?;
+            removed += 1;
+        }
+    }
+    assert!(reclaimed > 0);
+    Ok(removed)
+}
+
 fn main() -> BenchResult<()> {
     let sessions = env_size("SANDLOG_BENCH_SESSIONS", 100_000);
     let prune_sessions = env_size("SANDLOG_BENCH_PRUNE", 10_000);
+    let adopt_sessions = env_size("SANDLOG_BENCH_ADOPT", 2_000);
     let reconcile_sessions = env_size("SANDLOG_BENCH_RECONCILE", 10_000);
     println!(
-        "lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} pruned, {reconcile_sessions} reconciled"
+        "lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} for a real prune, {adopt_sessions} adopted, {reconcile_sessions} reconciled"
     );
 
     // 1. Selection + dry run over `sessions`, against the seed scan.
@@ -168,17 +237,80 @@ fn main() -> BenchResult<()> {
     let scan = median(samples);
     drop(engine);
 
-    // 2. A real prune of `prune_sessions` small sessions.
+    // 2. A real prune of `prune_sessions` small sessions, half of them old
+    // enough, at the default durability; then the seed-style prune of the
+    // same sessions laid out as the seeds keep them.
     let dir = tempfile::tempdir()?;
-    let clock = ManualClock::new(Timestamp::from_unix_micros(1_700_000_000_000_000));
+    let start = Timestamp::from_unix_micros(1_700_000_000_000_000);
+    let clock = ManualClock::new(start);
     let engine = populate(dir.path(), &clock, prune_sessions, true)?;
+    let sessions_updated: Vec<(SessionId, Timestamp)> = engine
+        .sessions(None)?
+        .into_iter()
+        .map(|session| (session.session_id, session.updated_at.unwrap_or(start)))
+        .collect();
+    drop(engine);
+    let engine = Engine::open(
+        dir.path(),
+        EngineOptions {
+            clock: Arc::new(clock.clone()),
+            ..EngineOptions::default()
+        },
+    )?;
+    // `populate` ends at day 61 and spreads `updated_at` over days 0–60:
+    // older than 31 days and a second is exactly the first half.
+    let prune_policy = PrunePolicy::older_than(31 * DAY + Duration::from_secs(1));
     let started = Instant::now();
-    let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
+    let report = engine.prune(&prune_policy, false, NO_PROGRESS)?;
     let prune_elapsed = started.elapsed();
-    assert_eq!(report.deleted_sessions.len(), prune_sessions);
+    let pruned = report.deleted_sessions.len();
+    assert_eq!(pruned, prune_sessions / 2, "{:?}", report.errors);
     drop(engine);
 
-    // 3. Reconcile over `reconcile_sessions` live sessions, nothing to do.
+    let seed_prune_dir = tempfile::tempdir()?;
+    for (id, at) in &sessions_updated {
+        write_seed_workspace(
+            seed_prune_dir.path(),
+            *id,
+            *at,
+            *at,
+            &[("data.txt", &[b'x'; 100])],
+        )?;
+    }
+    let seed_threshold =
+        sandlog_core::Clock::now(&clock).saturating_sub(31 * DAY + Duration::from_secs(1));
+    let started = Instant::now();
+    let seed_pruned = seed_prune(seed_prune_dir.path(), seed_threshold)?;
+    let seed_prune_elapsed = started.elapsed();
+    assert_eq!(seed_pruned, pruned);
+
+    // 3. Adopting `adopt_sessions` seed-layout workspaces (metadata, a
+    // script, a data file) into a new root at the default durability.
+    let seeds = tempfile::tempdir()?;
+    let adopt_root = tempfile::tempdir()?;
+    let adopt_start = Timestamp::from_unix_micros(1_700_000_000_000_000);
+    for index in 0..adopt_sessions {
+        let at = adopt_start.saturating_add(Duration::from_secs(index as u64));
+        write_seed_workspace(
+            seeds.path(),
+            SessionId::new_v4(),
+            at,
+            at,
+            &[
+                ("user_code.py", b"print(open('data.txt').read())\n"),
+                ("data.txt", &[b'y'; 200]),
+            ],
+        )?;
+    }
+    Engine::init(adopt_root.path())?;
+    let engine = Engine::open(adopt_root.path(), EngineOptions::default())?;
+    let started = Instant::now();
+    let report = engine.adopt(seeds.path(), NO_PROGRESS)?;
+    let adopt_elapsed = started.elapsed();
+    assert_eq!(report.adopted.len(), adopt_sessions, "{:?}", report.skipped);
+    drop(engine);
+
+    // 4. Reconcile over `reconcile_sessions` live sessions, nothing to do.
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::new(Timestamp::from_unix_micros(1_700_000_000_000_000));
     let engine = populate(dir.path(), &clock, reconcile_sessions, true)?;
@@ -206,10 +338,25 @@ fn main() -> BenchResult<()> {
         "| ratio seed scan / sandlog dry run | {:.1}× | — |",
         scan.as_secs_f64() / dry_run.as_secs_f64().max(1e-9)
     );
+    let rate = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64().max(1e-9);
     println!(
-        "| real prune of {prune_sessions} small sessions (Durability::Normal) | {:.2} s, {:.0} sessions/s | — |",
-        prune_elapsed.as_secs_f64(),
-        prune_sessions as f64 / prune_elapsed.as_secs_f64().max(1e-9)
+        "| real prune, {prune_sessions} small sessions, {pruned} deleted (default durability) | {:.0} ms, {:.0} sessions/s | ≥ 5000 sessions/s |",
+        prune_elapsed.as_secs_f64() * 1e3,
+        rate(pruned, prune_elapsed)
+    );
+    println!(
+        "| seed-style prune of the same sessions (read .metadata.json, compare, measure, remove_dir_all) | {:.0} ms, {:.0} sessions/s | — |",
+        seed_prune_elapsed.as_secs_f64() * 1e3,
+        rate(seed_pruned, seed_prune_elapsed)
+    );
+    println!(
+        "| ratio sandlog real prune / seed-style prune (sessions/s) | {:.1}× | ≥ 3× |",
+        rate(pruned, prune_elapsed) / rate(seed_pruned, seed_prune_elapsed).max(1e-9)
+    );
+    println!(
+        "| adopt {adopt_sessions} seed-layout sessions (2 files each, default durability) | {:.0} ms, {:.0} sessions/s | ≤ 300 ms for 2000 |",
+        adopt_elapsed.as_secs_f64() * 1e3,
+        rate(adopt_sessions, adopt_elapsed)
     );
     println!(
         "| reconcile, {reconcile_sessions} sessions, nothing to do, median of 5 | {:.1} ms | ≤ 1000 ms |",

@@ -3,7 +3,11 @@
 //! after each one the engine acknowledged. The parent SIGKILLs it at a
 //! random moment and checks that everything acknowledged survived.
 //!
-//! Usage: `crash-child ROOT SEED`
+//! With a third argument `prune` it instead prunes every session once,
+//! printing `pruning` before and `pruned <count>` after, so the parent can
+//! kill it inside a prune of several batches.
+//!
+//! Usage: `crash-child ROOT SEED [prune]`
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -33,8 +37,12 @@ impl Rng {
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let mut args = std::env::args().skip(1);
-    let root = PathBuf::from(args.next().ok_or("usage: crash-child ROOT SEED")?);
-    let seed: u64 = args.next().ok_or("usage: crash-child ROOT SEED")?.parse()?;
+    let root = PathBuf::from(args.next().ok_or("usage: crash-child ROOT SEED [prune]")?);
+    let seed: u64 = args
+        .next()
+        .ok_or("usage: crash-child ROOT SEED [prune]")?
+        .parse()?;
+    let prune_once = args.next().is_some_and(|mode| mode == "prune");
     let mut rng = Rng(seed | 1);
     Engine::init(&root)?;
     let options = EngineOptions {
@@ -45,6 +53,14 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     };
     let engine = Engine::open(&root, options)?;
     let mut stdout = std::io::stdout();
+    if prune_once {
+        writeln!(stdout, "pruning")?;
+        stdout.flush()?;
+        let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, &|_, _| {})?;
+        writeln!(stdout, "pruned {}", report.deleted_sessions.len())?;
+        stdout.flush()?;
+        return Ok(());
+    }
     loop {
         let active: Vec<SessionId> = engine
             .sessions(Some(SessionStatus::Active))?

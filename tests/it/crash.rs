@@ -7,8 +7,12 @@
 //! exists for a pruned or deleted session and none is missing for a live
 //! one, with no quarantine needed for any session the log knows.
 //!
+//! A second test kills a prune of several batches at moments spread over
+//! its run, and checks every session is kept or finished.
+//!
 //! The base seed is printed; rerun one with `SANDLOG_CRASH_SEED=<seed>`.
-//! `SANDLOG_CRASH_KILLS` sets the number of kills (default 200).
+//! `SANDLOG_CRASH_KILLS` sets the number of kills (default 200),
+//! `SANDLOG_CRASH_PRUNE_KILLS` those of the batched prune (default 12).
 
 #![cfg(test)]
 
@@ -94,6 +98,124 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() -> TestResult {
     assert!(
         killed_with_work > kills / 8,
         "too few children got work done before the kill ({killed_with_work}/{kills})"
+    );
+    Ok(())
+}
+
+/// Kills of the batched-prune crash test, by default.
+const PRUNE_KILLS_DEFAULT: u64 = 12;
+
+/// Goal: a SIGKILL anywhere in a prune of several batches (taking leases,
+/// the intents' append, the parallel removals, the completions' append)
+/// leaves every session either kept (active, its directory whole) or
+/// finished by the next open (pruned, no directory), and nothing pending.
+/// Method: a root of two batches and fifty sessions; a child prunes them
+/// all. A first, uncut run times the prune; then each round rebuilds the
+/// root, kills the child at a seeded moment within that time, counts the
+/// sessions left `pruning` (opening without finishing intents), then
+/// reopens and checks the root as the random crash test does, and that
+/// every session is accounted for. At least one round must have cut a
+/// batch between its intents and its completions.
+#[test]
+fn sigkill_during_a_batched_prune_leaves_each_session_kept_or_finished() -> TestResult {
+    let base_seed: u64 = match std::env::var("SANDLOG_CRASH_SEED") {
+        Ok(seed) => seed.parse()?,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64,
+    };
+    let kills: u64 = std::env::var("SANDLOG_CRASH_PRUNE_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(PRUNE_KILLS_DEFAULT);
+    println!(
+        "batched prune crash test: base seed {base_seed} (SANDLOG_CRASH_SEED={base_seed} replays it), {kills} kills"
+    );
+    let sessions = 2 * sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS + 50;
+    let mut prune_time = None;
+    let mut cut_mid_batch = 0u64;
+    for round in 0..=kills {
+        let seed = base_seed.wrapping_add(round.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("root");
+        Engine::init(&root)?;
+        let setup = Engine::open(
+            &root,
+            sandlog_runtime::EngineOptions {
+                durability: sandlog_eventstore::Durability::Normal,
+                ..sandlog_runtime::EngineOptions::default()
+            },
+        )?;
+        for index in 0..sessions {
+            let id = setup.create_session(Default::default())?.session_id;
+            if index % 5 == 0 {
+                setup.write_file(
+                    id,
+                    &sandlog_core::WorkspacePath::parse("data.txt")?,
+                    b"contents",
+                    false,
+                )?;
+            }
+        }
+        drop(setup);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_crash-child"))
+            .arg(&root)
+            .arg(seed.to_string())
+            .arg("prune")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line)?;
+        assert_eq!(
+            line.trim(),
+            "pruning",
+            "seed {seed}: the child did not start"
+        );
+        let started = std::time::Instant::now();
+        match prune_time {
+            None => {
+                // The calibration round runs to the end.
+                line.clear();
+                std::io::BufRead::read_line(&mut stdout, &mut line)?;
+                assert_eq!(line.trim(), format!("pruned {sessions}"), "seed {seed}");
+                prune_time = Some(started.elapsed());
+                child.wait()?;
+            }
+            Some(time) => {
+                let micros = u64::try_from(time.as_micros()).unwrap_or(u64::MAX).max(1);
+                std::thread::sleep(Duration::from_micros(seed % micros));
+                child.kill()?;
+                child.wait()?;
+            }
+        }
+        let options = sandlog_runtime::EngineOptions {
+            finish_intents_on_open: false,
+            ..sandlog_runtime::EngineOptions::default()
+        };
+        let pending = Engine::open(&root, options)?
+            .sessions(Some(SessionStatus::Pruning))?
+            .len();
+        if pending > 0 {
+            cut_mid_batch += 1;
+        }
+        check_root(&root, &[], seed)?;
+        let engine = Engine::open(&root, sandlog_runtime::EngineOptions::default())?;
+        let all = engine.sessions(None)?;
+        assert_eq!(all.len(), sessions, "seed {seed}");
+        let pruned = all
+            .iter()
+            .filter(|session| session.status == SessionStatus::Pruned)
+            .count();
+        println!("round {round}: seed {seed}, {pending} left pending, {pruned} pruned");
+    }
+    println!(
+        "batched prune crash test: prune of {sessions} took {prune_time:?} uncut; {cut_mid_batch} of {kills} kills cut a batch"
+    );
+    assert!(
+        kills == 0 || cut_mid_batch > 0,
+        "no kill landed between a batch's intents and its completions"
     );
     Ok(())
 }

@@ -2137,6 +2137,223 @@ fn hook_writes_commit_with_the_events_and_a_failing_hook_rolls_back() -> TestRes
     Ok(())
 }
 
+/// Goal: `append_batch` writes several streams in one transaction and
+/// keeps every invariant of `append`: per-stream versions, gapless
+/// positions in the order given, the chain, the Merkle tree, the hook in
+/// the same transaction, and an idempotent retry. Method: a hooked store
+/// with one stream at version 2; one batch appends two events to a new
+/// stream, one to the existing stream (exact version), one to `system`
+/// (any) and none to a fourth stream. Check the envelopes, the hook's rows
+/// and single call, `verify`, `verify_merkle` and the log's shape; the
+/// fourth stream does not exist; the same batch again returns the same
+/// envelopes and appends nothing.
+#[test]
+fn a_batch_over_several_streams_keeps_every_append_invariant() -> TestResult {
+    let mut temp = temp_store()?;
+    temp.store
+        .with_write_transaction(|transaction| -> Result<(), EventStoreError> {
+            transaction.execute_batch(
+                "CREATE TABLE hook_log (position INTEGER PRIMARY KEY, kind TEXT NOT NULL)",
+            )?;
+            Ok(())
+        })?;
+    let hook = Arc::new(TableHook::default());
+    temp.store.set_hook(hook.clone());
+    let fresh = StreamId::Session(SessionId::new_v4());
+    let existing = StreamId::Session(SessionId::new_v4());
+    let untouched = StreamId::Session(SessionId::new_v4());
+    temp.store.append(
+        existing,
+        ExpectedVersion::NoStream,
+        &[
+            new_event("session.created", &json!({})),
+            new_event("file.written", &json!({ "path": "a" })),
+        ],
+    )?;
+    let batch = vec![
+        (
+            fresh,
+            ExpectedVersion::NoStream,
+            vec![
+                new_event("session.created", &json!({})),
+                new_event("file.written", &json!({ "path": "b" })),
+            ],
+        ),
+        (
+            existing,
+            ExpectedVersion::Exact(StreamVersion(2)),
+            vec![new_event("session.prune.requested", &json!({}))],
+        ),
+        (
+            StreamId::System,
+            ExpectedVersion::Any,
+            vec![new_event("prune.run.started", &json!({}))],
+        ),
+        (untouched, ExpectedVersion::Exact(StreamVersion(7)), vec![]),
+    ];
+    let appended = temp.store.append_batch(&batch)?;
+    let shape: Vec<(u64, StreamId, u64)> = appended
+        .iter()
+        .map(|envelope| (envelope.position.0, envelope.stream, envelope.version.0))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (3, fresh, 1),
+            (4, fresh, 2),
+            (5, existing, 3),
+            (6, StreamId::System, 1),
+        ]
+    );
+    assert_eq!(hook.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        hook_rows(&temp.store)?
+            .into_iter()
+            .map(|(position, _)| position)
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5, 6]
+    );
+    assert_eq!(temp.store.verify()?.events, 6);
+    assert_eq!(temp.store.verify_merkle()?.size, 6);
+    let log = temp.envelopes()?;
+    check_log_shape(&log)?;
+    assert_eq!(log.get(2..), Some(appended.as_slice()));
+    assert_eq!(temp.store.stream_version(untouched)?, None);
+
+    let head = temp.store.head()?;
+    assert_eq!(temp.store.append_batch(&batch)?, appended);
+    assert_eq!(temp.store.head()?, head);
+    assert_eq!(hook.calls.load(Ordering::SeqCst), 2, "hook ran for a retry");
+    Ok(())
+}
+
+/// Goal: one stream of a batch that is not at its expected version fails
+/// the whole batch with `VersionConflict` naming that stream, and nothing
+/// of the batch is appended (P7). Method: two streams at version 1; a batch
+/// expecting the first at 1 and the second at 5; then one expecting the
+/// first not to exist. Each fails naming the stale stream; head and
+/// versions are unchanged; the corrected batch goes through.
+#[test]
+fn a_stale_stream_fails_its_whole_batch_naming_that_stream() -> TestResult {
+    let temp = temp_store()?;
+    let first = StreamId::Session(SessionId::new_v4());
+    let second = StreamId::Session(SessionId::new_v4());
+    for stream in [first, second] {
+        temp.store.append(
+            stream,
+            ExpectedVersion::NoStream,
+            &[new_event("session.created", &json!({}))],
+        )?;
+    }
+    let head = temp.store.head()?;
+    let batch = |first_expected, second_expected| {
+        vec![
+            (
+                first,
+                first_expected,
+                vec![new_event("session.prune.requested", &json!({}))],
+            ),
+            (
+                second,
+                second_expected,
+                vec![new_event("session.prune.requested", &json!({}))],
+            ),
+        ]
+    };
+    let error = temp
+        .store
+        .append_batch(&batch(
+            ExpectedVersion::Exact(StreamVersion(1)),
+            ExpectedVersion::Exact(StreamVersion(5)),
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            EventStoreError::VersionConflict {
+                stream,
+                expected: ExpectedVersion::Exact(StreamVersion(5)),
+                actual: Some(StreamVersion(1)),
+            } if stream == second
+        ),
+        "{error:?}"
+    );
+    let error = temp
+        .store
+        .append_batch(&batch(
+            ExpectedVersion::NoStream,
+            ExpectedVersion::Exact(StreamVersion(1)),
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            EventStoreError::VersionConflict { stream, expected: ExpectedVersion::NoStream, .. } if stream == first
+        ),
+        "{error:?}"
+    );
+    assert_eq!(temp.store.head()?, head);
+    assert_eq!(temp.store.stream_version(first)?, Some(StreamVersion(1)));
+    assert_eq!(temp.store.stream_version(second)?, Some(StreamVersion(1)));
+    let appended = temp.store.append_batch(&batch(
+        ExpectedVersion::Exact(StreamVersion(1)),
+        ExpectedVersion::Exact(StreamVersion(1)),
+    ))?;
+    assert_eq!(appended.len(), 2);
+    assert_eq!(temp.store.verify()?.events, 4);
+    Ok(())
+}
+
+/// Goal: a batch naming a stream twice, one event id in two streams, or
+/// more than `BATCH_EVENTS_MAX` events over all its streams is refused
+/// before anything is written. Method: append each; expect `InvalidBatch`
+/// and an empty log.
+#[test]
+fn invalid_multi_stream_batches_are_refused() -> TestResult {
+    let temp = temp_store()?;
+    let a = StreamId::Session(SessionId::new_v4());
+    let b = StreamId::Session(SessionId::new_v4());
+    let event = new_event("session.created", &json!({}));
+    let twice = vec![
+        (a, ExpectedVersion::Any, vec![event.clone()]),
+        (
+            a,
+            ExpectedVersion::Any,
+            vec![new_event("session.created", &json!({}))],
+        ),
+    ];
+    let same_id = vec![
+        (a, ExpectedVersion::Any, vec![event.clone()]),
+        (b, ExpectedVersion::Any, vec![event]),
+    ];
+    let half = sandlog_core::limits::BATCH_EVENTS_MAX / 2 + 1;
+    let too_many = vec![
+        (
+            a,
+            ExpectedVersion::Any,
+            (0..half)
+                .map(|_| new_event("file.written", &json!({})))
+                .collect(),
+        ),
+        (
+            b,
+            ExpectedVersion::Any,
+            (0..half)
+                .map(|_| new_event("file.written", &json!({})))
+                .collect(),
+        ),
+    ];
+    for batch in [twice, same_id, too_many] {
+        let error = temp.store.append_batch(&batch).unwrap_err();
+        assert!(
+            matches!(error, EventStoreError::InvalidBatch(_)),
+            "{error:?}"
+        );
+    }
+    assert_eq!(temp.store.head()?.position, Position::ZERO);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Queries (A3) and recorded_at.
 // ---------------------------------------------------------------------------

@@ -268,3 +268,120 @@ fn adopt_leaves_a_workspace_past_the_depth_limit_in_place() -> TestResult {
     );
     assert_root_usable(&root.engine)
 }
+
+/// Goal: adopting many workspaces at once (prepared on several threads,
+/// recorded in several batches) gives each entry the fate it would have
+/// alone, lists the report in directory order, records every adopted
+/// session exactly once, and still neutralises a hostile workspace among
+/// them. Method: a seed directory of more than one batch of workspaces —
+/// valid metadata, none, corrupted — plus a workspace holding a FIFO and a
+/// hard link to an outside file, one the root already knows, a non-UUID
+/// directory and a UUID-named file. Adopt under the watchdog; compare the
+/// report with the expected fate of each entry in `read_dir` order; every
+/// adopted session has one `session.adopted` and its one file; the hostile
+/// one is neutralised; `verify` is clean.
+#[test]
+fn adopting_many_workspaces_at_once_gives_each_its_own_fate() -> TestResult {
+    let root = TestRoot::new()?;
+    let seeds = tempfile::tempdir()?;
+    let outside = tempfile::tempdir()?;
+    let outside_file = outside.path().join("outside.txt");
+    std::fs::write(&outside_file, b"outside")?;
+    let count = sandlog_runtime::adopt::ADOPT_BATCH_SESSIONS + 40;
+    let mut kinds = BTreeMap::new();
+    for index in 0..count {
+        let id = SessionId::new_v4();
+        let workspace = seeds.path().join(id.to_string());
+        std::fs::create_dir(&workspace)?;
+        std::fs::write(workspace.join("data.txt"), format!("data {index}"))?;
+        let kind = match index % 3 {
+            0 => {
+                std::fs::write(workspace.join(".metadata.json"), seed_metadata(id))?;
+                "adopted"
+            }
+            1 => "legacy",
+            _ => {
+                std::fs::write(workspace.join(".metadata.json"), b"{not json")?;
+                "corrupted"
+            }
+        };
+        kinds.insert(id.to_string(), kind);
+    }
+    let hostile = SessionId::new_v4();
+    let workspace = seeds.path().join(hostile.to_string());
+    std::fs::create_dir(&workspace)?;
+    std::fs::write(workspace.join(".metadata.json"), seed_metadata(hostile))?;
+    std::fs::hard_link(&outside_file, workspace.join("data.txt"))?;
+    run(Command::new("mkfifo").arg(workspace.join("pipe")))?;
+    kinds.insert(hostile.to_string(), "adopted");
+    let known = root.engine.create_session(BTreeMap::new())?.session_id;
+    std::fs::create_dir(seeds.path().join(known.to_string()))?;
+    kinds.insert(known.to_string(), "already known to this root");
+    std::fs::create_dir(seeds.path().join("not-a-session"))?;
+    kinds.insert("not-a-session".to_owned(), "not a UUID-named directory");
+    let file_id = SessionId::new_v4().to_string();
+    std::fs::write(seeds.path().join(&file_id), b"a file")?;
+    kinds.insert(file_id, "not a directory");
+    let order: Vec<String> = std::fs::read_dir(seeds.path())?
+        .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+
+    let stop = watchdog("adopting many workspaces");
+    let report = root.engine.adopt(seeds.path(), NO_PROGRESS)?;
+    let _ = stop.send(());
+
+    let of_kind = |kind: &str| -> Vec<String> {
+        order
+            .iter()
+            .filter(|name| kinds.get(name.as_str()) == Some(&kind))
+            .cloned()
+            .collect()
+    };
+    let names = |ids: &[SessionId]| ids.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(names(&report.adopted), of_kind("adopted"));
+    assert_eq!(names(&report.legacy), of_kind("legacy"));
+    assert_eq!(names(&report.corrupted), of_kind("corrupted"));
+    let skipped: Vec<(String, String)> = order
+        .iter()
+        .filter_map(|name| {
+            let kind = kinds.get(name.as_str())?;
+            (!["adopted", "legacy", "corrupted"].contains(kind))
+                .then(|| (name.clone(), (*kind).to_owned()))
+        })
+        .collect();
+    assert_eq!(report.skipped, skipped);
+    assert_eq!(report.neutralised.len(), 1);
+    assert_eq!(report.neutralised[0].session_id, hostile);
+    assert_eq!(
+        report.neutralised[0].copied_links,
+        vec!["data.txt".to_owned()]
+    );
+    assert_eq!(report.neutralised[0].refused.len(), 1);
+    assert_eq!(std::fs::metadata(&outside_file)?.nlink(), 1);
+
+    for id in report
+        .adopted
+        .iter()
+        .chain(&report.legacy)
+        .chain(&report.corrupted)
+    {
+        let kinds: Vec<String> = root
+            .engine
+            .store()
+            .read_stream(StreamId::Session(*id))?
+            .into_iter()
+            .map(|envelope| envelope.kind)
+            .collect();
+        assert_eq!(kinds, ["session.adopted", "file.written"], "{id}");
+        let files: Vec<String> = root
+            .engine
+            .list_files(*id, None)?
+            .into_iter()
+            .map(|file| file.path.to_string())
+            .collect();
+        assert_eq!(files, ["data.txt"]);
+    }
+    let outcome = root.engine.verify(None, &|_| {})?;
+    assert!(outcome.ok, "{outcome:?}");
+    Ok(())
+}

@@ -230,6 +230,51 @@ fn two_engines_in_one_process_exclude_each_other() -> TestResult {
     assert_root_usable(&second)
 }
 
+/// Goal: an execution running in the same engine keeps its session out of
+/// a prune as `busy` (the run holds the session's lock and lease; prune
+/// never waits behind it), and the execution is then recorded. Method: a
+/// 2 s execution on a scoped thread; once the guest has started, prune
+/// everything with an idle session beside it: the running one is skipped
+/// as `busy`, the idle one pruned; the execution finishes `ok` and is
+/// counted; a second prune removes the session.
+#[test]
+fn an_execution_in_the_same_engine_is_busy_for_prune() -> TestResult {
+    let (_dir, engine) = system_root()?;
+    let running = engine.create_session(BTreeMap::new())?.session_id;
+    let idle = engine.create_session(BTreeMap::new())?.session_id;
+    let marker = engine.layout().workspace(running).join("started.txt");
+    std::thread::scope(|scope| -> TestResult {
+        let runner = scope.spawn(|| {
+            let mut request = ExecRequest::python(
+                "import time\nopen('started.txt', 'w').write('x')\ntime.sleep(2)",
+            );
+            request.limits.timeout = Some(Duration::from_secs(60));
+            engine.execute(running, &request)
+        });
+        let started = Instant::now();
+        while !marker.exists() {
+            assert!(started.elapsed() < START_WAIT, "the guest never started");
+            assert!(!runner.is_finished(), "the execution ended before starting");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
+        assert_eq!(report.deleted_sessions, vec![idle]);
+        assert_eq!(report.skipped_sessions, vec![running]);
+        assert_eq!(
+            report.skipped_reasons.get(&running).map(String::as_str),
+            Some(BUSY_SKIP_REASON)
+        );
+        let execution = runner.join().map_err(|_| "the runner panicked")??;
+        assert_eq!(execution.outcome, sandlog_core::Outcome::Ok);
+        Ok(())
+    })?;
+    assert_eq!(engine.session(running)?.status, SessionStatus::Active);
+    assert_eq!(engine.session(running)?.exec_count, 1);
+    let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, NO_PROGRESS)?;
+    assert_eq!(report.deleted_sessions, vec![running]);
+    assert_root_usable(&engine)
+}
+
 #[derive(Debug)]
 struct FailRemovalOf(SessionId);
 

@@ -323,6 +323,217 @@ fn prune_skips_session_used_during_run() -> TestResult {
     Ok(())
 }
 
+/// An engine on `root` that commits with `Durability::Normal`: setting up
+/// hundreds of sessions then takes no fsync each (the tests never cut the
+/// power).
+fn quick_engine(root: &TestRoot) -> Result<sandlog_runtime::Engine, RuntimeError> {
+    let mut options = sandlog_tests::engine::options(&root.clock);
+    options.durability = sandlog_runtime::eventstore::Durability::Normal;
+    sandlog_runtime::Engine::open(root.path(), options)
+}
+
+/// Positions of the events of `kind`, in log order.
+fn positions_of(root: &TestRoot, kind: &str) -> Result<Vec<u64>, RuntimeError> {
+    let filter = sandlog_runtime::eventstore::LogFilter {
+        kinds: vec![kind.to_owned()],
+        ..Default::default()
+    };
+    root.engine
+        .store()
+        .query(filter)
+        .map(|envelope| envelope.map(|envelope| envelope.position.0))
+        .collect::<Result<_, _>>()
+        .map_err(RuntimeError::from)
+}
+
+/// Runs of consecutive numbers, by length.
+fn run_lengths(positions: &[u64]) -> Vec<usize> {
+    let mut runs: Vec<usize> = Vec::new();
+    for (index, position) in positions.iter().enumerate() {
+        match index.checked_sub(1).and_then(|i| positions.get(i)) {
+            Some(previous) if previous + 1 == *position => {
+                if let Some(last) = runs.last_mut() {
+                    *last += 1;
+                }
+            }
+            _ => runs.push(1),
+        }
+    }
+    runs
+}
+
+/// Goal: a prune of more sessions than one batch records intents and
+/// completions batch-wise (never one session's pair at a time), deletes
+/// every directory (removed on several threads while the next batch's
+/// intents are appended), removes the lease files, and leaves a log and
+/// read models that verify. Method: one batch and 44 more sessions, old;
+/// prune; all `session.prune.requested` events come first at consecutive
+/// positions, then all `session.pruned`, in the same session order; every
+/// session is `pruned` without a directory or lease file; the reclaimed
+/// bytes are the files written; `verify` is clean and a reopen finds
+/// nothing pending.
+#[test]
+fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> TestResult {
+    let mut root = TestRoot::new()?;
+    let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
+    let count = batch + 44;
+    let engine = quick_engine(&root)?;
+    let mut ids = Vec::new();
+    for index in 0..count {
+        let id = engine.create_session(BTreeMap::new())?.session_id;
+        engine.write_file(id, &path("data.bin"), &vec![1u8; index % 7 + 1], false)?;
+        ids.push(id);
+    }
+    drop(engine);
+    root.clock.advance(48 * HOUR);
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.skipped_sessions.is_empty());
+    assert_eq!(report.deleted_sessions.len(), count);
+    let written: u64 = (0..count).map(|index| (index % 7 + 1) as u64).sum();
+    assert_eq!(report.reclaimed_bytes, written);
+    let requested = positions_of(&root, "session.prune.requested")?;
+    let pruned = positions_of(&root, "session.pruned")?;
+    assert_eq!(run_lengths(&requested), vec![count]);
+    assert_eq!(run_lengths(&pruned), vec![count]);
+    assert_eq!(
+        requested.last().map(|last| last + 1),
+        pruned.first().copied()
+    );
+    let stream_at = |position: u64| -> Result<_, RuntimeError> {
+        Ok(root
+            .engine
+            .store()
+            .get(sandlog_core::Position(position))?
+            .map(|envelope| envelope.stream))
+    };
+    for (intent, completion) in requested.iter().zip(&pruned) {
+        assert_eq!(stream_at(*intent)?, stream_at(*completion)?);
+    }
+    for id in &ids {
+        assert_eq!(root.engine.session(*id)?.status, SessionStatus::Pruned);
+        assert!(!root.engine.layout().workspace(*id).exists());
+        assert!(!sandlog_runtime::lease::lease_path(root.path(), *id).exists());
+    }
+    let outcome = root.engine.verify(None, &|_| {})?;
+    assert!(outcome.ok, "{outcome:?}");
+    root.reopen()?;
+    assert!(root.engine.failed_intents()?.is_empty());
+    assert!(
+        root.engine
+            .sessions(Some(SessionStatus::Pruning))?
+            .is_empty()
+    );
+    Ok(())
+}
+
+/// Goal (P7): a session written after the candidates were read is kept
+/// with the reason given today, and the rest of its batch is still pruned
+/// (the batch's append fails on the stale session and is made again
+/// without it). Method: twenty old sessions; the run's first progress call
+/// (made before any session is taken) writes to one of them through a
+/// second engine, as another process would. That session is skipped with
+/// the "used during the prune run" reason, is active with its new file and
+/// no intent; the nineteen others are pruned; `verify` is clean.
+#[test]
+fn a_session_used_after_selection_is_kept_and_its_batch_pruned() -> TestResult {
+    let root = TestRoot::new()?;
+    let ids: Vec<SessionId> = (0..20)
+        .map(|_| session_with_file(&root, 10))
+        .collect::<Result<_, _>>()?;
+    let used = ids[7];
+    root.clock.advance(48 * HOUR);
+    let other =
+        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
+    let wrote = std::sync::Mutex::new(None);
+    let progress = |_: u64, _: u64| {
+        let mut wrote = wrote.lock().unwrap();
+        if wrote.is_none() {
+            *wrote = Some(
+                other
+                    .write_file(used, &path("late.txt"), b"used just now", false)
+                    .map(|_| ()),
+            );
+        }
+    };
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, &progress)?;
+    wrote
+        .into_inner()
+        .unwrap()
+        .ok_or("progress was never called")??;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.skipped_sessions, vec![used]);
+    assert_eq!(
+        report.skipped_reasons.get(&used).map(String::as_str),
+        Some("used during the prune run (its log moved past the candidate's version): kept")
+    );
+    assert_eq!(report.deleted_sessions.len(), 19);
+    assert!(!report.deleted_sessions.contains(&used));
+    assert_eq!(root.engine.session(used)?.status, SessionStatus::Active);
+    assert!(
+        root.engine
+            .layout()
+            .workspace(used)
+            .join("late.txt")
+            .exists()
+    );
+    assert!(
+        !root
+            .stream_kinds(used)?
+            .iter()
+            .any(|kind| kind == "session.prune.requested")
+    );
+    for id in ids.iter().filter(|id| **id != used) {
+        assert_eq!(root.engine.session(*id)?.status, SessionStatus::Pruned);
+        assert!(!root.engine.layout().workspace(*id).exists());
+    }
+    let outcome = root.engine.verify(None, &|_| {})?;
+    assert!(outcome.ok, "{outcome:?}");
+    Ok(())
+}
+
+/// Goal (P4): in a batch removed on several threads, a removal that fails
+/// returns only its own session to active (`session.prune.failed` in the
+/// same completion append as the others' `session.pruned`). Method: forty
+/// old sessions, the removal of one denied by the fault injector; prune.
+#[test]
+fn a_failed_removal_in_a_parallel_batch_keeps_only_that_session() -> TestResult {
+    let mut root = TestRoot::new()?;
+    let engine = quick_engine(&root)?;
+    let ids: Vec<SessionId> = (0..40)
+        .map(|_| engine.create_session(BTreeMap::new()).map(|s| s.session_id))
+        .collect::<Result<_, _>>()?;
+    drop(engine);
+    let blocked = ids[23];
+    root.clock.advance(48 * HOUR);
+    let mut options = sandlog_tests::engine::options(&root.clock);
+    options.fault = Some(Arc::new(FailRemovalOf(blocked)));
+    root.engine = sandlog_runtime::Engine::open(root.path(), options)?;
+    let report = root
+        .engine
+        .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
+    assert_eq!(report.deleted_sessions.len(), 39);
+    assert_eq!(report.errors.keys().collect::<Vec<_>>(), vec![&blocked]);
+    assert_eq!(root.engine.session(blocked)?.status, SessionStatus::Active);
+    assert!(root.engine.layout().workspace(blocked).exists());
+    assert_eq!(
+        root.stream_kinds(blocked)?.last().map(String::as_str),
+        Some("session.prune.failed")
+    );
+    let completions = positions_of(&root, "session.pruned")?;
+    let failed = positions_of(&root, "session.prune.failed")?;
+    let mut all = [completions, failed].concat();
+    all.sort_unstable();
+    assert_eq!(run_lengths(&all), vec![40]);
+    root.reopen()?;
+    assert!(root.engine.layout().workspace(blocked).exists());
+    Ok(())
+}
+
 /// P6: `max_deletions` stops at the N oldest; retention by count keeps the
 /// newest N.
 #[test]
