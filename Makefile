@@ -24,6 +24,9 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
+# The release binary is built first: the exec bench times whole `sandlog`
+# processes with it (first exec in a new root, warm and cold module cache)
+# and prints its size.
 bench: runtimes
 	cargo build --release -p sandlog-cli
 	cargo bench -p sandlog-tests

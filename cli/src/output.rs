@@ -145,23 +145,20 @@ impl Output {
     }
 }
 
-/// What compiling a module of `wasm_bytes` usually costs, per megabyte of
-/// `.wasm`, on an idle machine of two cores and on a busy one: python.wasm
-/// is the yardstick (a guest runtime is mostly code).
-const COMPILE_MS_PER_MB_IDLE: u64 = 250;
-const COMPILE_MS_PER_MB_BUSY: u64 = 700;
+/// What compiling a guest runtime usually costs per megabyte of `.wasm`
+/// on an idle machine with two cores (python.wasm is the yardstick: a guest
+/// runtime is mostly code); a busy machine takes a few times longer.
+const COMPILE_MS_PER_MB: u64 = 250;
 
 /// The note printed before a compile: what, why, and how long.
 fn compile_started_note(path: &Path, wasm_bytes: u64) -> String {
     let megabytes = wasm_bytes.div_ceil(1_000_000).max(1);
-    let seconds = |ms_per_mb: u64| (megabytes * ms_per_mb).div_ceil(1000).max(1);
+    let seconds = (megabytes * COMPILE_MS_PER_MB).div_ceil(1000).max(1);
     format!(
-        "sandlog: compiling {} ({}) for this machine: once per user, sandlog version and CPU, \
-         usually {}–{} s…",
+        "sandlog: compiling {} ({}) for this machine, once per user, sandlog version and CPU: \
+         usually about {seconds} s, longer on a busy machine…",
         crate::render::escape_for_terminal(&module_name(path)),
         format_size(wasm_bytes),
-        seconds(COMPILE_MS_PER_MB_IDLE),
-        seconds(COMPILE_MS_PER_MB_BUSY),
     )
 }
 

@@ -23,10 +23,10 @@
 //!   the same open file handle that is then mapped, equals the sidecar. A
 //!   torn write, a truncated file, bit rot or a stray overwrite all fail this
 //!   check, and the module is recompiled and the entry rewritten.
-//! * The engine directory must belong to this user and be writable by no
-//!   one else (it is created `0700`): precompiled code is mapped executable,
-//!   so anyone able to write there could run code as us. A directory that
-//!   fails this check is refused ([`ArtifactDir::open`]).
+//! * The engine directory must belong to this user (or root) and be
+//!   writable by no one else (it is created `0700`): precompiled code is
+//!   mapped executable, so anyone able to write there could run code as us.
+//!   A directory that fails this check is refused ([`ArtifactDir::open`]).
 //! * Writes go to a unique temporary file, are `fsync`ed, then renamed over
 //!   the final name, artifact first and sidecar second. A crash leaves at
 //!   worst a temporary file (ignored) or an artifact whose sidecar is missing
@@ -229,8 +229,10 @@ impl ArtifactDir {
         // Held until the artifact is stored; another process that found no
         // artifact either waits here, then loads what this one stored.
         let lock = self.lock_entry(module_hash);
+        // An entry rejected above was logged there; one that is still
+        // unusable after the wait is simply overwritten.
         if lock.is_some()
-            && let Some(module) = self.load_logged(engine, module_hash)
+            && let Ok(Some(module)) = self.load_verified(engine, module_hash)
         {
             self.loaded.fetch_add(1, Ordering::Relaxed);
             return Ok((module, ModuleOrigin::CachedArtifact));
@@ -419,17 +421,20 @@ pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
 
 /// Refuses a directory that another user owns or that group or others may
 /// write to: whoever can write there chooses the code we map executable.
+/// One owned by root is accepted (root can change our files anyway), so a
+/// cache prepared read-only for every user, as in a container image, works.
 fn check_private(dir: &Path) -> io::Result<()> {
     let metadata = fs::metadata(dir)?;
     let owner = metadata.uid();
     let me = effective_uid();
     let mode = metadata.permissions().mode() & 0o777;
-    if owner != me {
+    if owner != me && owner != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "{} belongs to uid {owner}, not to this user (uid {me}); its precompiled code \
-                 cannot be trusted: use a cache directory of your own ($SANDLOG_CACHE_DIR)",
+                "{} belongs to uid {owner}, neither this user (uid {me}) nor root; its \
+                 precompiled code cannot be trusted: use a cache directory of your own \
+                 ($SANDLOG_CACHE_DIR)",
                 dir.display()
             ),
         ));

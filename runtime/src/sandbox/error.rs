@@ -42,7 +42,8 @@ pub enum SandboxError {
     },
 
     /// The module cache directory could not be created, or cannot be
-    /// trusted (another user owns it, or others may write to it).
+    /// trusted (a user other than us or root owns it, or others may write
+    /// to it).
     ///
     /// Handle: check the path's owner, permissions and free space, or
     /// choose another (`$SANDLOG_CACHE_DIR`). Loading still works when only
