@@ -57,6 +57,9 @@ lint: $(VENV)/bin/python
 	cargo fmt --all -- --check
 	$(PYO3_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
+# The release binary is built first: the exec bench times whole `sandlog`
+# processes with it (first exec in a new root, warm and cold module cache)
+# and prints its size.
 bench: runtimes
 	cargo build --release -p sandlog-cli
 	cargo bench -p sandlog-tests

@@ -30,7 +30,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     max_term_width = 100
 )]
 pub struct Cli {
-    /// The root directory (holds sandlog.db, workspaces/, cache/).
+    /// The root directory (holds sandlog.db, workspaces/).
     #[arg(
         long,
         global = true,

@@ -4,7 +4,11 @@
 
 use std::io::{IsTerminal, Write};
 
+use std::path::Path;
+
 use indicatif::{ProgressBar, ProgressStyle};
+use sandlog_runtime::core::human::format_size;
+use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
@@ -20,6 +24,10 @@ pub struct Output {
     pub color: bool,
     /// Progress bars on stderr.
     pub progress: bool,
+    /// Notes for a person on stderr, such as why the first execution takes
+    /// seconds (a terminal, not `--quiet`; `--json` keeps them: they never
+    /// touch stdout).
+    pub notices: bool,
 }
 
 fn no_color() -> bool {
@@ -33,7 +41,29 @@ impl Output {
             json: cli.json,
             color: !cli.json && std::io::stdout().is_terminal() && !no_color(),
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
+            notices: !cli.quiet && std::io::stderr().is_terminal(),
         }
+    }
+
+    /// Tells the person at the terminal, when a guest runtime has to be
+    /// compiled, what is happening and how long it usually takes (only
+    /// with `notices`).
+    pub fn compile_observer(&self) -> Option<CompileObserver> {
+        self.notices.then(|| {
+            CompileObserver::new(|event| match event {
+                CompileEvent::Started { path, wasm_bytes } => {
+                    crate::exit::stderr_line(&compile_started_note(path, wasm_bytes));
+                }
+                CompileEvent::Finished { path, elapsed, .. } => {
+                    crate::exit::stderr_line(&format!(
+                        "sandlog: {} ready after {:.1} s; later runs, in any root, load it in milliseconds",
+                        crate::render::escape_for_terminal(&module_name(path)),
+                        elapsed.as_secs_f64()
+                    ));
+                }
+                _ => {}
+            })
+        })
     }
 
     /// Prints one JSON document.
@@ -170,6 +200,31 @@ impl Write for RawStdout {
             other => other,
         }
     }
+}
+
+/// What compiling a guest runtime usually costs per megabyte of `.wasm`
+/// on an idle machine with two cores (python.wasm is the yardstick: a guest
+/// runtime is mostly code); a busy machine takes a few times longer.
+const COMPILE_MS_PER_MB: u64 = 250;
+
+/// The note printed before a compile: what, why, and how long.
+fn compile_started_note(path: &Path, wasm_bytes: u64) -> String {
+    let megabytes = wasm_bytes.div_ceil(1_000_000).max(1);
+    let seconds = (megabytes * COMPILE_MS_PER_MB).div_ceil(1000).max(1);
+    format!(
+        "sandlog: compiling {} ({}) for this machine, once per user, sandlog version and CPU: \
+         usually about {seconds} s, longer on a busy machine…",
+        crate::render::escape_for_terminal(&module_name(path)),
+        format_size(wasm_bytes),
+    )
+}
+
+/// A module's file name, for notes.
+fn module_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
 }
 
 /// The engine's `(done, total)` progress callback, driving `bar`.

@@ -28,14 +28,18 @@ use serde::Serialize;
 use crate::anchor;
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::limits::SCAN_TIME_MIN;
-use crate::sandbox::{self, ExecLimits, LoadedModule, ReadonlyMount, RunRequest, Sandbox};
+use crate::sandbox::{
+    self, CompileObserver, ExecLimits, LoadedModule, ModuleOrigin, ReadonlyMount, RunRequest,
+    Sandbox, SandboxError,
+};
 use crate::workspace::{ScanLimits, Workspace, fsync_dir};
 
 /// The database file under the root.
 pub const DATABASE_FILE: &str = "sandlog.db";
 /// Session workspaces under the root.
 pub const WORKSPACES_DIR: &str = "workspaces";
-/// Precompiled modules under the root.
+/// Precompiled modules under the root, used only when the per-user cache
+/// ([`default_cache_dir`]) is unknown or unusable.
 pub const CACHE_DIR: &str = "cache";
 /// Orphan directories moved out of `workspaces/`.
 pub const QUARANTINE_DIR: &str = "quarantine";
@@ -52,9 +56,29 @@ pub const CODE_BYTES_MAX: usize = 1024 * 1024;
 /// `quickjs.wasm`.
 pub const RUNTIMES_DIR_ENV: &str = "SANDLOG_RUNTIMES_DIR";
 
-/// The environment variable naming a precompiled-module cache to use
-/// instead of `<root>/cache` (several roots on one machine can share one).
+/// The environment variable naming the precompiled-module cache, instead
+/// of the per-user default (see [`default_cache_dir`]).
 pub const CACHE_DIR_ENV: &str = "SANDLOG_CACHE_DIR";
+
+/// The precompiled-module cache every root of this user shares unless told
+/// otherwise: `$XDG_CACHE_HOME/sandlog`, else `$HOME/.cache/sandlog` (as
+/// the XDG base directory specification says, a relative or empty value is
+/// ignored). `None` if neither variable gives an absolute path.
+///
+/// One cache per user, not per root: a module is compiled once per
+/// machine, wasmtime version and CPU, and a new root's first execution
+/// loads it in milliseconds. [`CACHE_DIR_ENV`] and
+/// [`EngineOptions::cache_dir`] override it.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .map(|cache| cache.join("sandlog"))
+        .or_else(|| absolute("HOME").map(|home| home.join(".cache").join("sandlog")))
+}
 
 /// The paths of a root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +89,8 @@ pub struct Layout {
     pub database: PathBuf,
     /// `workspaces/`.
     pub workspaces: PathBuf,
-    /// `cache/`.
+    /// `cache/`: precompiled modules, only when the per-user cache is
+    /// unknown or unusable.
     pub cache: PathBuf,
     /// `quarantine/`.
     pub quarantine: PathBuf,
@@ -110,9 +135,15 @@ pub struct EngineOptions {
     pub limits: ExecLimits,
     /// The guest environment (whitelisted by the embedder; empty default).
     pub guest_env: Vec<(String, String)>,
-    /// Precompiled-module cache; default `$SANDLOG_CACHE_DIR`, else
-    /// `<root>/cache`.
+    /// Precompiled-module cache; default `$SANDLOG_CACHE_DIR`, else the
+    /// per-user [`default_cache_dir`] (else, or if that cannot be used,
+    /// `<root>/cache`). A cache given here or by `$SANDLOG_CACHE_DIR` that
+    /// cannot be used is an error, not a fallback.
     pub cache_dir: Option<PathBuf>,
+    /// Told before and after a guest runtime is compiled (no usable
+    /// precompiled artifact), so a front end can say why this execution
+    /// takes seconds.
+    pub on_compile: Option<CompileObserver>,
     /// Finish pending prune/delete intents on open (the applier's first
     /// step). On by default.
     pub finish_intents_on_open: bool,
@@ -135,11 +166,24 @@ impl Default for EngineOptions {
             limits: ExecLimits::default(),
             guest_env: Vec::new(),
             cache_dir: None,
+            on_compile: None,
             finish_intents_on_open: true,
             fault: None,
             create: false,
         }
     }
+}
+
+/// A guest runtime made ready by [`Engine::prepare_runtime`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedRuntime {
+    /// Its module file.
+    pub path: PathBuf,
+    /// Compiled now, or loaded from the precompiled cache (the first time
+    /// this engine loaded it).
+    pub origin: ModuleOrigin,
+    /// How long making it ready took.
+    pub elapsed: Duration,
 }
 
 /// Which guest to run.
@@ -320,9 +364,7 @@ impl Engine {
     pub fn init(root: &Path) -> Result<PathBuf> {
         create_dir(root)?;
         let layout = Layout::new(root);
-        for directory in [&layout.workspaces, &layout.cache] {
-            create_dir(directory)?;
-        }
+        create_dir(&layout.workspaces)?;
         if !anchor::exists(root) {
             let store = EventStore::open(&layout.database, OpenOptions::default())?;
             let now = SystemClock.now();
@@ -395,9 +437,7 @@ impl Engine {
             }
             (_, true) => {}
         }
-        for directory in [&layout.workspaces, &layout.cache] {
-            create_dir(directory)?;
-        }
+        create_dir(&layout.workspaces)?;
         let mut open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability);
@@ -461,14 +501,73 @@ impl Engine {
         if let Some(sandbox) = self.sandbox.get() {
             return Ok(sandbox);
         }
-        let cache = self
-            .options
-            .cache_dir
-            .clone()
-            .or_else(|| std::env::var_os(CACHE_DIR_ENV).map(PathBuf::from))
-            .unwrap_or_else(|| self.layout.cache.clone());
-        let sandbox = Sandbox::new(&cache)?;
+        let (cache, explicit) = self.configured_cache_dir();
+        let observer = self.options.on_compile.clone();
+        let sandbox = match Sandbox::with_observer(&cache, observer.clone()) {
+            Err(SandboxError::CacheDir { path, source }) if !explicit => {
+                tracing::warn!(
+                    cache = %path.display(),
+                    error = %source,
+                    fallback = %self.layout.cache.display(),
+                    "the per-user module cache is unusable; using the root's own (set {CACHE_DIR_ENV} to choose another)"
+                );
+                Sandbox::with_observer(&self.layout.cache, observer)?
+            }
+            other => other?,
+        };
         Ok(self.sandbox.get_or_init(|| sandbox))
+    }
+
+    /// The precompiled-module cache this engine uses (or will, once it runs
+    /// a guest): [`EngineOptions::cache_dir`], else `$SANDLOG_CACHE_DIR`,
+    /// else [`default_cache_dir`], else `<root>/cache`; the root's also when
+    /// the per-user default turned out unusable.
+    pub fn cache_dir(&self) -> PathBuf {
+        match self.sandbox.get() {
+            Some(sandbox) => sandbox.cache_dir().to_path_buf(),
+            None => self.configured_cache_dir().0,
+        }
+    }
+
+    /// The configured cache directory, and whether it was asked for
+    /// explicitly (option or environment) rather than defaulted.
+    fn configured_cache_dir(&self) -> (PathBuf, bool) {
+        if let Some(dir) = &self.options.cache_dir {
+            return (dir.clone(), true);
+        }
+        if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|dir| !dir.is_empty()) {
+            return (PathBuf::from(dir), true);
+        }
+        match default_cache_dir() {
+            Some(dir) => (dir, false),
+            None => (self.layout.cache.clone(), false),
+        }
+    }
+
+    /// Makes a guest runtime ready to run: loads it from the precompiled
+    /// cache, or compiles it into the cache (telling
+    /// [`EngineOptions::on_compile`]). `init` calls it so that the first
+    /// execution does not pay for the compile.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::RuntimeMissing`] if the runtime's file is not there;
+    /// the sandbox's error if it cannot be loaded.
+    pub fn prepare_runtime(&self, runtime: &Runtime) -> Result<PreparedRuntime> {
+        let path = self.runtime_path(runtime);
+        if !path.is_file() {
+            return Err(RuntimeError::RuntimeMissing {
+                name: runtime.name(),
+                path,
+            });
+        }
+        let started = Instant::now();
+        let module = self.sandbox()?.load(&path)?;
+        Ok(PreparedRuntime {
+            path,
+            origin: module.origin(),
+            elapsed: started.elapsed(),
+        })
     }
 
     pub(crate) fn lock_session(&self, session_id: SessionId) -> Arc<Mutex<()>> {
@@ -810,6 +909,15 @@ impl Engine {
             .unwrap_or_else(|| self.layout.root.join(RUNTIMES_DIR))
     }
 
+    /// Where a runtime's module is.
+    fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
+        match runtime {
+            Runtime::Python => self.runtimes_dir().join("python.wasm"),
+            Runtime::JavaScript => self.runtimes_dir().join("quickjs.wasm"),
+            Runtime::Module(path) => path.clone(),
+        }
+    }
+
     fn prepare(&self, request: &ExecRequest) -> Result<(LoadedModule, Vec<String>, Vec<u8>)> {
         let code_text = || {
             String::from_utf8(request.code.clone()).map_err(|_| {
@@ -820,19 +928,12 @@ impl Engine {
                 })
             })
         };
-        let (path, args, stdin) = match &request.runtime {
-            Runtime::Python => (
-                self.runtimes_dir().join("python.wasm"),
-                sandbox::python_args(&code_text()?),
-                Vec::new(),
-            ),
-            Runtime::JavaScript => (
-                self.runtimes_dir().join("quickjs.wasm"),
-                sandbox::javascript_args(&code_text()?),
-                Vec::new(),
-            ),
-            Runtime::Module(path) => (path.clone(), Vec::new(), request.code.clone()),
+        let (args, stdin) = match &request.runtime {
+            Runtime::Python => (sandbox::python_args(&code_text()?), Vec::new()),
+            Runtime::JavaScript => (sandbox::javascript_args(&code_text()?), Vec::new()),
+            Runtime::Module(_) => (Vec::new(), request.code.clone()),
         };
+        let path = self.runtime_path(&request.runtime);
         if !path.is_file() {
             return Err(RuntimeError::RuntimeMissing {
                 name: request.runtime.name(),

@@ -40,7 +40,10 @@ mod tree;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
-pub use engine::{Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, Runtime};
+pub use engine::{
+    Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, PreparedRuntime,
+    Runtime, default_cache_dir,
+};
 pub use error::{Result, RuntimeError};
 pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
 pub use sandlog_core as core;

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use sandlog_runtime::sandbox::limits::{MEMORY_BYTES_DEFAULT, OUTPUT_BYTES_DEFAULT};
 use sandlog_runtime::sandbox::{
-    ExecLimits, LoadedModule, ModuleOrigin, Outcome, ReadonlyMount, RunReport, RunRequest, Sandbox,
-    SandboxError, javascript_args, python_args,
+    CacheStats, CompileEvent, CompileObserver, ExecLimits, LoadedModule, ModuleOrigin, Outcome,
+    ReadonlyMount, RunReport, RunRequest, Sandbox, SandboxError, javascript_args, python_args,
 };
 use tempfile::TempDir;
 
@@ -757,22 +757,107 @@ fn corrupt_cache_artifact_is_recompiled() -> TestResult {
     Ok(())
 }
 
-/// Every file under `dir` (one level of subdirectories) ending in
-/// `.extension`.
+/// Every file under `dir`, at any depth, ending in `.extension`.
 fn files_with_extension(dir: &Path, extension: &str) -> std::io::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    for engine_dir in fs::read_dir(dir)? {
-        for entry in fs::read_dir(engine_dir?.path())? {
-            let path = entry?.path();
-            if path
-                .extension()
-                .is_some_and(|found_extension| found_extension == extension)
-            {
-                found.push(path);
-            }
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            found.extend(files_with_extension(&path, extension)?);
+        } else if path
+            .extension()
+            .is_some_and(|found_extension| found_extension == extension)
+        {
+            found.push(path);
         }
     }
     Ok(found)
+}
+
+/// Goal: two processes (here: two sandboxes with engines of their own,
+/// whose file locks exclude each other exactly as two processes' do)
+/// compiling python.wasm into the same empty cache directory at once both
+/// succeed, compile it once between them, and leave a valid entry. Method:
+/// start both loads together behind a barrier; count compiles, note which
+/// one waited (it was told a compile started, then got the other's
+/// artifact), run `print(1)` in both, and load the entry in a third.
+#[test]
+fn concurrent_first_loads_compile_once_and_leave_a_valid_entry() -> TestResult {
+    use std::sync::{Arc, Barrier, Mutex};
+
+    let cache = TempDir::new()?;
+    let python_path = runtime_path("python.wasm");
+    let barrier = Barrier::new(2);
+    let results: Vec<Result<(ModuleOrigin, Vec<String>), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let events = Arc::new(Mutex::new(Vec::new()));
+                    let seen = Arc::clone(&events);
+                    let observer = CompileObserver::new(move |event| {
+                        let text = match event {
+                            CompileEvent::Started { .. } => "started".to_owned(),
+                            CompileEvent::Finished { origin, .. } => format!("finished {origin:?}"),
+                            _ => "other".to_owned(),
+                        };
+                        seen.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+                    });
+                    let sandbox = Sandbox::with_observer(cache.path(), Some(observer))
+                        .map_err(|error| error.to_string())?;
+                    barrier.wait();
+                    let module = sandbox
+                        .load(&python_path)
+                        .map_err(|error| error.to_string())?;
+                    let workspace = TempDir::new().map_err(|error| error.to_string())?;
+                    let mut request = RunRequest::new(workspace.path());
+                    request.args = python_args("print(1)");
+                    let report = sandbox
+                        .run(&module, request)
+                        .map_err(|error| error.to_string())?;
+                    if report.stdout != b"1\n" {
+                        return Err(format!("stdout {:?}", report.stdout));
+                    }
+                    let events = events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    Ok((module.origin(), events))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap_or_else(|_| Err("panicked".to_owned())))
+            .collect()
+    });
+    let mut origins = Vec::new();
+    for result in results {
+        let (origin, events) = result?;
+        // Both found the cache empty; the one that did not compile waited
+        // for the other's artifact instead of compiling too.
+        let expected = match origin {
+            ModuleOrigin::Compiled => vec!["started", "finished Compiled"],
+            ModuleOrigin::CachedArtifact => vec!["started", "finished CachedArtifact"],
+        };
+        assert_eq!(events, expected, "{origin:?}");
+        origins.push(origin);
+    }
+    origins.sort_by_key(|origin| *origin == ModuleOrigin::CachedArtifact);
+    assert_eq!(
+        origins,
+        vec![ModuleOrigin::Compiled, ModuleOrigin::CachedArtifact]
+    );
+    assert_eq!(files_with_extension(cache.path(), "cwasm")?.len(), 1);
+    let third = Sandbox::new(cache.path())?;
+    assert_eq!(
+        third.load(&python_path)?.origin(),
+        ModuleOrigin::CachedArtifact
+    );
+    assert_eq!(
+        third.cache_stats(),
+        CacheStats {
+            compiled: 0,
+            loaded: 1
+        }
+    );
+    Ok(())
 }
 
 /// Goal: a second `load` of the same file is served from memory (same

@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let options = EngineOptions {
         actor: "api:lease-child".to_owned(),
         runtimes_dir: std::env::var_os("SANDLOG_RUNTIMES_DIR").map(PathBuf::from),
-        cache_dir: std::env::var_os("SANDLOG_TEST_CACHE_DIR").map(PathBuf::from),
+        cache_dir: Some(sandlog_tests::engine::cache_dir()),
         ..EngineOptions::default()
     };
     let engine = Engine::open(&root, options)?;

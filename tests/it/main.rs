@@ -24,6 +24,8 @@ mod hostile_scan;
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.
 mod merkle;
+/// The precompiled-module cache shared by roots.
+mod module_cache;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;

@@ -8,7 +8,7 @@ use crate::exit::CliError;
 use crate::output::Output;
 
 pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
-    let engine = super::open_with(root, true)?;
+    let engine = super::open_with(root, true, output)?;
     let bar = output.progress_bar("adopting");
     let progress = crate::output::advance(&bar);
     let report = engine.adopt(dir, &progress)?;

@@ -75,7 +75,7 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
     )?;
     step(output, 1, &format!("open the root {}", root.display()))?;
     let root = Engine::init(root)?;
-    let engine = super::open(&root)?;
+    let engine = super::open(&root, output)?;
     let start = head(&engine)?;
     output.line(&format!(
         "   log at {} (head position {start}), workspaces in {}",

@@ -3,9 +3,10 @@
 use std::path::Path;
 
 use clap::CommandFactory;
-use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::projections::{SessionStatus, query};
+use sandlog_runtime::sandbox::ModuleOrigin;
+use sandlog_runtime::{Engine, PreparedRuntime, Runtime, RuntimeError};
 use serde_json::json;
 
 use crate::args::Cli;
@@ -21,11 +22,24 @@ pub fn init(root: &Path, reset_log: bool, output: &Output) -> Result<u8, CliErro
     let root = Engine::init(root)?;
     // The first open appends the genesis event and completes the anchor;
     // on an anchored root whose log is gone it fails (exit 4).
-    drop(super::open(&root)?);
+    let engine = super::open(&root, output)?;
+    // Compiled now, with a note on a terminal, so that the first `exec`
+    // loads them in milliseconds. A runtime that is missing or does not
+    // load leaves the root initialised; `exec` reports it again.
+    let runtimes: Vec<RuntimeReady> = [Runtime::Python, Runtime::JavaScript]
+        .iter()
+        .map(|runtime| RuntimeReady {
+            name: runtime.name(),
+            result: engine.prepare_runtime(runtime),
+        })
+        .collect();
+    let cache_dir = engine.cache_dir();
     if output.json {
         output.json(&json!({
             "root": crate::render::host_path_json(&root),
             "replaced_anchor": replaced.as_deref().map(crate::render::host_path_json),
+            "cache_dir": crate::render::host_path_json(&cache_dir),
+            "runtimes": runtimes.iter().map(RuntimeReady::json).collect::<Vec<_>>(),
         }))?;
     } else {
         if let Some(replaced) = &replaced {
@@ -35,8 +49,70 @@ pub fn init(root: &Path, reset_log: bool, output: &Output) -> Result<u8, CliErro
             ))?;
         }
         output.line(&format!("initialised {}", crate::render::host_path(&root)))?;
+        for runtime in &runtimes {
+            output.line(&runtime.human())?;
+        }
+        output.line(&format!(
+            "precompiled runtimes are kept in {}, shared by every root",
+            crate::render::host_path(&cache_dir)
+        ))?;
     }
     Ok(0)
+}
+
+/// How making one runtime ready at `init` went.
+struct RuntimeReady {
+    name: String,
+    result: Result<PreparedRuntime, RuntimeError>,
+}
+
+impl RuntimeReady {
+    fn status(&self) -> &'static str {
+        match &self.result {
+            Ok(ready) if ready.origin == ModuleOrigin::Compiled => "compiled",
+            Ok(_) => "cached",
+            Err(RuntimeError::RuntimeMissing { .. }) => "missing",
+            Err(_) => "failed",
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match &self.result {
+            Ok(ready) => json!({
+                "runtime": self.name,
+                "status": self.status(),
+                "path": crate::render::host_path_json(&ready.path),
+                "elapsed_ms": u64::try_from(ready.elapsed.as_millis()).unwrap_or(u64::MAX),
+            }),
+            Err(error) => json!({
+                "runtime": self.name,
+                "status": self.status(),
+                "error": {"kind": error.kind(), "message": error.to_string()},
+            }),
+        }
+    }
+
+    fn human(&self) -> String {
+        match &self.result {
+            Ok(ready) if ready.origin == ModuleOrigin::Compiled => format!(
+                "{}: compiled {} for this machine in {:.1} s",
+                self.name,
+                crate::render::host_path(&ready.path),
+                ready.elapsed.as_secs_f64()
+            ),
+            Ok(ready) => format!(
+                "{}: {} already compiled (loaded in {} ms)",
+                self.name,
+                crate::render::host_path(&ready.path),
+                ready.elapsed.as_millis()
+            ),
+            Err(error) => format!(
+                "{}: not ready: {}",
+                self.name,
+                crate::render::escape_for_terminal(&error.to_string())
+            ),
+        }
+    }
 }
 
 pub fn completions(shell: clap_complete::Shell) -> Result<u8, CliError> {

@@ -37,7 +37,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
             proofs::evidence(None, command, output)
         }
         command => {
-            let engine = open(&root)?;
+            let engine = open(&root, output)?;
             match command {
                 Command::Session(command) => session::run(&engine, command, output),
                 Command::Exec(command) => exec::run(&engine, command, output),
@@ -82,18 +82,19 @@ pub fn actor() -> String {
 
 /// Opens the engine on an existing root (never creates one: a missing
 /// directory or one without a root is "not found", exit 3).
-pub fn open(root: &Path) -> Result<Engine, CliError> {
-    open_with(root, false)
+pub fn open(root: &Path, output: &Output) -> Result<Engine, CliError> {
+    open_with(root, false, output)
 }
 
 /// Opens the engine; with `create`, makes the root first if needed (only
-/// `init` and `adopt` do).
-pub fn open_with(root: &Path, create: bool) -> Result<Engine, CliError> {
+/// `init` and `adopt` do). A runtime compile is announced on a terminal.
+pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, CliError> {
     Ok(Engine::open(
         root,
         EngineOptions {
             actor: actor(),
             create,
+            on_compile: output.compile_observer(),
             ..EngineOptions::default()
         },
     )?)

@@ -41,12 +41,15 @@ pub enum SandboxError {
         source: io::Error,
     },
 
-    /// The module cache directory could not be created or written.
+    /// The module cache directory could not be created, or cannot be
+    /// trusted (a user other than us or root owns it, or others may write
+    /// to it).
     ///
-    /// Handle: check the path's permissions and free space. Loading still
-    /// works when only *writing* an artifact fails (that is logged, not
-    /// returned), so this means the directory itself is unusable.
-    #[error("module cache directory {path} is unusable")]
+    /// Handle: check the path's owner, permissions and free space, or
+    /// choose another (`$SANDLOG_CACHE_DIR`). Loading still works when only
+    /// *writing* an artifact fails (that is logged, not returned), so this
+    /// means the directory itself is unusable.
+    #[error("module cache directory {path} is unusable: {source}")]
     CacheDir {
         /// The cache directory.
         path: PathBuf,

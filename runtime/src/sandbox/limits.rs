@@ -194,6 +194,21 @@ pub const CHANGED_FILES_PER_EXEC_MAX: u64 = 10_000;
 /// with what was scanned and hashed so far.
 pub const SCAN_TIME_MIN: Duration = Duration::from_secs(1);
 
+/// Longest a process waits for another one compiling the same module into
+/// the shared cache before compiling it itself.
+///
+/// Why 120 s: compiling python.wasm takes seconds on an idle machine and
+/// several times that on a busy one; waiting saves the CPU of a second
+/// compile, and both processes still get a correct module if the first one
+/// hangs or dies (the lock dies with it): past the wait this process
+/// compiles too, and atomic renames keep the entry whole.
+pub const COMPILE_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// How often a process waiting for another one's compile retries the lock.
+/// Advisory locks cannot be waited on with a deadline; 50 ms is nothing
+/// against a compile of seconds.
+pub const COMPILE_WAIT_POLL: Duration = Duration::from_millis(50);
+
 const _: () = assert!(SCAN_ENTRIES_DEFAULT <= SCAN_ENTRIES_CEILING);
 const _: () = assert!(WORKSPACE_ENTRIES_DEFAULT <= SCAN_ENTRIES_DEFAULT);
 // `session.executed` plus every recorded change is one append.

@@ -65,14 +65,14 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use wasmtime::{
     Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker, Module, OptLevel,
     PoolingAllocationConfig,
 };
 
-pub use self::cache::ModuleOrigin;
+pub use self::cache::{CacheStats, CompileEvent, CompileObserver, ModuleOrigin, WASMTIME_VERSION};
 pub use self::error::{BoxedError, SandboxError};
 pub use self::limits::ExecLimits;
 pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
@@ -114,6 +114,8 @@ pub(crate) struct SandboxInner {
     pub(crate) linker: Linker<Host>,
     /// The sleep guard's trampoline (see `poll.rs`), compiled once.
     pub(crate) trampoline: Module,
+    /// The cache directory given to `new`.
+    cache_dir: PathBuf,
     artifacts: ArtifactDir,
     /// Which content a module file had when last seen (in this process or,
     /// through the cache directory, an earlier one), so a `load` of an
@@ -123,6 +125,8 @@ pub(crate) struct SandboxInner {
     /// loading the same module compile it once, while different modules
     /// load in parallel.
     modules: Mutex<HashMap<blake3::Hash, Arc<Mutex<Option<LoadedModule>>>>>,
+    /// Told before and after a module is compiled.
+    observer: Option<CompileObserver>,
     /// Advances the epoch; dropped (and joined) with the last clone.
     _ticker: EpochTicker,
 }
@@ -183,23 +187,40 @@ impl LoadedModule {
 impl Sandbox {
     /// Builds the engine (once), the WASI linker and the epoch ticker, and
     /// opens the precompiled-module cache under `cache_dir` (created if
-    /// missing).
+    /// missing). Several sandboxes, in one process or many, may share one
+    /// cache directory.
     ///
     /// # Errors
     ///
     /// [`SandboxError::Engine`], [`SandboxError::Ticker`] or
-    /// [`SandboxError::CacheDir`]; all mean this host cannot run a sandbox.
+    /// [`SandboxError::CacheDir`] (also when the directory belongs to
+    /// another user or others may write to it); all mean this host cannot
+    /// run a sandbox as configured.
     pub fn new(cache_dir: &Path) -> Result<Self, SandboxError> {
+        Sandbox::with_observer(cache_dir, None)
+    }
+
+    /// [`Sandbox::new`], telling `observer` before and after each module
+    /// it has to compile (no usable precompiled artifact).
+    ///
+    /// # Errors
+    ///
+    /// As [`Sandbox::new`].
+    pub fn with_observer(
+        cache_dir: &Path,
+        observer: Option<CompileObserver>,
+    ) -> Result<Self, SandboxError> {
         let engine = Engine::new(&engine_config()).map_err(|error| SandboxError::Engine {
             source: boxed(error),
         })?;
         let linker = build_linker(&engine).map_err(|error| SandboxError::Engine {
             source: boxed(error),
         })?;
-        let trampoline =
-            Module::new(&engine, poll::TRAMPOLINE_WAT).map_err(|error| SandboxError::Engine {
+        let trampoline = Module::from_binary(&engine, poll::TRAMPOLINE_WASM).map_err(|error| {
+            SandboxError::Engine {
                 source: boxed(error),
-            })?;
+            }
+        })?;
         let artifacts =
             ArtifactDir::open(cache_dir, &engine).map_err(|source| SandboxError::CacheDir {
                 path: cache_dir.to_path_buf(),
@@ -212,9 +233,11 @@ impl Sandbox {
                 engine,
                 linker,
                 trampoline,
+                cache_dir: cache_dir.to_path_buf(),
                 artifacts,
                 module_hashes: ModuleHashes::new(cache_dir),
                 modules: Mutex::new(HashMap::new()),
+                observer,
                 _ticker: ticker,
             }),
         })
@@ -235,7 +258,8 @@ impl Sandbox {
             path: wasm_path.to_path_buf(),
             source,
         };
-        let stamp = FileStamp::of(&fs::metadata(wasm_path).map_err(read_error)?);
+        let metadata = fs::metadata(wasm_path).map_err(read_error)?;
+        let stamp = FileStamp::of(&metadata);
         let (module_hash, mut wasm_bytes) = match self.inner.module_hashes.get(wasm_path, &stamp) {
             Some(hash) => (hash, None),
             None => {
@@ -254,10 +278,21 @@ impl Sandbox {
         if let Some(module) = slot.as_ref() {
             return Ok(module.clone());
         }
-        let (module, origin) = self
-            .inner
-            .artifacts
-            .load_or_compile(&self.inner.engine, &module_hash, || {
+        let mut compile_started = None;
+        let mut started = || {
+            compile_started = Some(Instant::now());
+            if let Some(observer) = &self.inner.observer {
+                observer.notify(CompileEvent::Started {
+                    path: wasm_path,
+                    wasm_bytes: metadata.len(),
+                });
+            }
+        };
+        let loaded = self.inner.artifacts.load_or_compile(
+            &self.inner.engine,
+            &module_hash,
+            &mut started,
+            || {
                 match wasm_bytes.take() {
                     Some(bytes) => Ok(bytes),
                     // Hash known from an earlier load: re-read, and make sure
@@ -275,14 +310,22 @@ impl Sandbox {
                         }
                     }
                 }
-            })
-            .map_err(|failure| match failure {
-                LoadFailure::Read(source) => read_error(source),
-                LoadFailure::Compile(error) => SandboxError::Compile {
-                    path: wasm_path.to_path_buf(),
-                    source: boxed(error),
-                },
-            })?;
+            },
+        );
+        let (module, origin) = loaded.map_err(|failure| match failure {
+            LoadFailure::Read(source) => read_error(source),
+            LoadFailure::Compile(error) => SandboxError::Compile {
+                path: wasm_path.to_path_buf(),
+                source: boxed(error),
+            },
+        })?;
+        if let (Some(started), Some(observer)) = (compile_started, &self.inner.observer) {
+            observer.notify(CompileEvent::Finished {
+                path: wasm_path,
+                elapsed: started.elapsed(),
+                origin,
+            });
+        }
         check_command_shape(&module, wasm_path)?;
         let instance_pre = self
             .inner
@@ -307,6 +350,24 @@ impl Sandbox {
         };
         *slot = Some(loaded.clone());
         Ok(loaded)
+    }
+
+    /// How many modules this sandbox compiled and how many it loaded from
+    /// the cache directory.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.artifacts.stats()
+    }
+
+    /// The cache directory given to [`Sandbox::new`].
+    pub fn cache_dir(&self) -> &Path {
+        &self.inner.cache_dir
+    }
+
+    /// The directory holding this engine's precompiled modules (under the
+    /// cache directory, named after the wasmtime version and the engine's
+    /// fingerprint).
+    pub fn artifact_dir(&self) -> &Path {
+        self.inner.artifacts.path()
     }
 
     /// Runs `module` once per `request` and reports how it ended. Blocks the

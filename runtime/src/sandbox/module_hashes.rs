@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::cache::write_atomically;
+use super::cache::{create_private_dir, write_atomically};
 use super::lock;
 
 /// A file whose metadata changed less than this long before it was hashed
@@ -155,7 +155,7 @@ impl ModuleHashes {
         let written = serde_json::to_vec(&entry)
             .map_err(std::io::Error::other)
             .and_then(|bytes| {
-                fs::create_dir_all(&self.dir)?;
+                create_private_dir(&self.dir)?;
                 write_atomically(&self.entry_path(wasm_path), &bytes)
             });
         if let Err(error) = written {

@@ -43,15 +43,43 @@ pub(crate) const INNER_MODULE: &str = "sandlog:inner";
 /// `poll_oneoff`, exports the memory (so wasmtime-wasi finds it through its
 /// caller) and a forwarding `poll_oneoff`. The memory import has no maximum,
 /// so it matches any 32-bit unshared memory, which is what every WASI
-/// preview 1 command has (`Sandbox::load` checks).
+/// preview 1 command has (`Sandbox::load` checks). The sandbox loads
+/// [`TRAMPOLINE_WASM`], its binary form (a test checks they agree), so
+/// wasmtime is built without its text-format parser.
+#[cfg_attr(not(test), expect(dead_code, reason = "the source of TRAMPOLINE_WASM"))]
 pub(crate) const TRAMPOLINE_WAT: &str = r#"
 (module
   (import "guest" "memory" (memory 0))
-  (import "sandlog:inner" "poll_oneoff" (func $inner (param i32 i32 i32 i32) (result i32)))
+  (import "sandlog:inner" "poll_oneoff" (func (param i32 i32 i32 i32) (result i32)))
   (export "memory" (memory 0))
   (func (export "poll_oneoff") (param i32 i32 i32 i32) (result i32)
-    (call $inner (local.get 0) (local.get 1) (local.get 2) (local.get 3))))
+    (call 0 (local.get 0) (local.get 1) (local.get 2) (local.get 3))))
 "#;
+
+/// [`TRAMPOLINE_WAT`] in the binary format, section by section.
+pub(crate) const TRAMPOLINE_WASM: &[u8] = &[
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+    // type section: 1 type, (i32 i32 i32 i32) -> i32
+    0x01, 0x09, 0x01, 0x60, 0x04, 0x7f, 0x7f, 0x7f, 0x7f, 0x01, 0x7f,
+    // import section: 2 imports
+    0x02, 0x2d, 0x02, //
+    // "guest" "memory": memory, limits min 0, no max
+    0x05, b'g', b'u', b'e', b's', b't', //
+    0x06, b'm', b'e', b'm', b'o', b'r', b'y', 0x02, 0x00, 0x00, //
+    // "sandlog:inner" "poll_oneoff": function of type 0
+    0x0d, b's', b'a', b'n', b'd', b'l', b'o', b'g', b':', b'i', b'n', b'n', b'e', b'r', //
+    0x0b, b'p', b'o', b'l', b'l', b'_', b'o', b'n', b'e', b'o', b'f', b'f', 0x00, 0x00,
+    // function section: 1 function of type 0
+    0x03, 0x02, 0x01, 0x00, //
+    // export section: 2 exports
+    0x07, 0x18, 0x02, //
+    0x06, b'm', b'e', b'm', b'o', b'r', b'y', 0x02, 0x00, // memory 0
+    0x0b, b'p', b'o', b'l', b'l', b'_', b'o', b'n', b'e', b'o', b'f', b'f', 0x00,
+    0x01, // function 1
+    // code section: 1 body of 12 bytes, no locals:
+    // local.get 0..3, call 0, end
+    0x0a, 0x0e, 0x01, 0x0c, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0x20, 0x03, 0x10, 0x00, 0x0b,
+];
 
 /// The WASI preview 1 module name.
 pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
@@ -289,6 +317,12 @@ fn write_u64(memory: &mut [u8], offset: usize, value: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the binary trampoline is exactly its documented text form.
+    #[test]
+    fn trampoline_binary_matches_its_text() {
+        assert_eq!(wat::parse_str(TRAMPOLINE_WAT).unwrap(), TRAMPOLINE_WASM);
+    }
 
     fn clock_subscription(
         memory: &mut [u8],
