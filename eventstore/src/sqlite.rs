@@ -413,8 +413,7 @@ impl EventStore {
     /// reports its overhead against the whole append.
     pub fn merkle_time(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(
-            self.merkle_nanos
-                .load(std::sync::atomic::Ordering::Relaxed),
+            self.merkle_nanos.load(std::sync::atomic::Ordering::Relaxed),
         )
     }
 

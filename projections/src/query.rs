@@ -223,6 +223,16 @@ pub fn session_with_files(
     store.with_reader(|connection| load_session(connection, session_id))
 }
 
+/// One file of a session as the log says it is, or `None`: a lookup by
+/// the read model's key, whatever the number of files the session has.
+pub fn session_file(
+    store: &EventStore,
+    session_id: SessionId,
+    path: &WorkspacePath,
+) -> Result<Option<FileEntry>> {
+    store.with_reader(|connection| crate::read_model::load_file(connection, session_id, path))
+}
+
 /// Sessions, optionally of one status, oldest created first (legacy, which
 /// have no creation time, first).
 pub fn sessions(store: &EventStore, status: Option<SessionStatus>) -> Result<Vec<SessionSummary>> {

@@ -304,6 +304,41 @@ pub(crate) fn load_files(
     }
 }
 
+/// One file of a session, or `None` (unknown session or file).
+pub(crate) fn load_file(
+    connection: &Connection,
+    session_id: SessionId,
+    path: &WorkspacePath,
+) -> Result<Option<FileEntry>> {
+    let row = connection
+        .prepare_cached(
+            "SELECT f.size, f.blake3, f.updated_at FROM rm_files f \
+             JOIN rm_sessions s ON s.session_key = f.session_key \
+             WHERE s.session_id = ?1 AND f.path = ?2",
+        )?
+        .query_row(
+            rusqlite::params![session_id.to_string(), path.as_str()],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            },
+        )
+        .optional()?;
+    row.map(|(size, hash_bytes, updated_at)| {
+        let blake3 = Hash::from_slice(&hash_bytes)
+            .ok_or_else(|| corrupt(format!("hash of {:?}", path.as_str())))?;
+        Ok(FileEntry {
+            size: to_u64(size),
+            blake3,
+            updated_at: Timestamp::from_unix_micros(updated_at),
+        })
+    })
+    .transpose()
+}
+
 /// The files of the session whose row has `session_key`.
 fn load_files_by_key(
     connection: &Connection,

@@ -313,7 +313,16 @@ pub struct Engine {
     pub(crate) options: EngineOptions,
     sandbox: OnceLock<Sandbox>,
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
+    /// The root settings as of a version of the system stream.
+    pub(crate) settings_cache: Mutex<Option<SettingsAsOf>>,
 }
+
+/// Root settings folded from the log, and the system stream's version they
+/// were folded at.
+pub(crate) type SettingsAsOf = (
+    Option<sandlog_core::StreamVersion>,
+    BTreeMap<String, String>,
+);
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -458,6 +467,7 @@ impl Engine {
             options,
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
+            settings_cache: Mutex::new(None),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left
@@ -597,6 +607,32 @@ impl Engine {
     /// returns the session, which must be active *after* the lease is held:
     /// a prune or delete that finished meanwhile wins.
     fn lease_active(&self, session_id: SessionId) -> Result<(crate::lease::Lease, SessionState)> {
+        self.lease_active_with(session_id, |engine| engine.active_session(session_id))
+    }
+
+    /// [`Engine::lease_active`] for callers that need the session's row
+    /// but not its files (reading every file's row costs as much as the
+    /// session has files).
+    fn lease_active_summary(
+        &self,
+        session_id: SessionId,
+    ) -> Result<(crate::lease::Lease, SessionSummary)> {
+        self.lease_active_with(session_id, |engine| {
+            let summary = engine.session(session_id)?;
+            match summary.status {
+                SessionStatus::Active => Ok(summary),
+                status => Err(RuntimeError::SessionNotActive { session_id, status }),
+            }
+        })
+    }
+
+    /// Takes the session's shared lease, then reads the session with
+    /// `load`, which fails with `SessionNotActive` unless it is active.
+    fn lease_active_with<T>(
+        &self,
+        session_id: SessionId,
+        load: impl FnOnce(&Engine) -> Result<T>,
+    ) -> Result<(crate::lease::Lease, T)> {
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;
@@ -612,7 +648,7 @@ impl Engine {
             crate::lease::LeaseMode::Shared,
             crate::lease::USE_WAIT_MAX,
         )?;
-        match self.active_session(session_id) {
+        match load(self) {
             Ok(session) => Ok((lease, session)),
             Err(RuntimeError::SessionNotActive { session_id, status }) => {
                 // Finished while this waited; its lease file may have been
@@ -1010,23 +1046,14 @@ impl Engine {
         bytes: &[u8],
         overwrite: bool,
     ) -> Result<FileView> {
-        let session = self.active_session(session_id)?;
-        let previous = session.files.get(path).map_or(0, |file| file.size);
-        let would_be = session
-            .bytes
-            .saturating_sub(previous)
-            .saturating_add(bytes.len() as u64);
-        let quota = self.options.limits.workspace_bytes_max;
-        if would_be > quota {
-            return Err(RuntimeError::QuotaExceeded {
-                session_id,
-                path: path.to_string(),
-                would_be,
-                quota,
-            });
-        }
         let mut reader = bytes;
-        self.write_file_from(session_id, path, &mut reader, overwrite)
+        self.write_file_leased(
+            session_id,
+            path,
+            &mut reader,
+            overwrite,
+            Some(bytes.len() as u64),
+        )
     }
 
     /// Writes a file into a session's workspace from a stream (S4, S5):
@@ -1047,9 +1074,37 @@ impl Engine {
         reader: &mut dyn std::io::Read,
         overwrite: bool,
     ) -> Result<FileView> {
+        self.write_file_leased(session_id, path, reader, overwrite, None)
+    }
+
+    /// [`Engine::write_file_from`]; with the input's `size` known up front,
+    /// a write the quota cannot take fails before anything is read with
+    /// [`RuntimeError::QuotaExceeded`].
+    fn write_file_leased(
+        &self,
+        session_id: SessionId,
+        path: &WorkspacePath,
+        reader: &mut dyn std::io::Read,
+        overwrite: bool,
+        size: Option<u64>,
+    ) -> Result<FileView> {
         let lock = self.lock_session(session_id);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (_lease, session) = self.lease_active(session_id)?;
+        let (_lease, session) = self.lease_active_summary(session_id)?;
+        let previous =
+            query::session_file(&self.store, session_id, path)?.map_or(0, |file| file.size);
+        let quota = self.options.limits.workspace_bytes_max;
+        if let Some(size) = size {
+            let would_be = session.bytes.saturating_sub(previous).saturating_add(size);
+            if would_be > quota {
+                return Err(RuntimeError::QuotaExceeded {
+                    session_id,
+                    path: path.to_string(),
+                    would_be,
+                    quota,
+                });
+            }
+        }
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         match workspace.is_dir(path)? {
             Some(true) => {
@@ -1065,8 +1120,6 @@ impl Engine {
             }
             _ => {}
         }
-        let previous = session.files.get(path).map_or(0, |file| file.size);
-        let quota = self.options.limits.workspace_bytes_max;
         let left = quota.saturating_sub(session.bytes.saturating_sub(previous));
         let blob_max = BLOB_BYTES_MAX as u64;
         let bytes_max = left.min(blob_max);

@@ -169,6 +169,26 @@ impl Engine {
     /// Every root setting that is set, folded from the `root.configured`
     /// events (found through the log's index by kind).
     pub fn settings(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        // Every write asks (for the automatic checkpoint), and the answer
+        // changes only with the system stream, which any process appends
+        // to: its version, one indexed lookup, says whether the folded
+        // settings still hold.
+        let version = self.store.stream_version(StreamId::System)?;
+        let mut cache = self
+            .settings_cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((cached_version, settings)) = cache.as_ref()
+            && *cached_version == version
+        {
+            return Ok(settings.clone());
+        }
+        let settings = self.fold_settings()?;
+        *cache = Some((version, settings.clone()));
+        Ok(settings)
+    }
+
+    fn fold_settings(&self) -> Result<std::collections::BTreeMap<String, String>> {
         let filter = LogFilter {
             stream: Some(StreamId::System),
             kinds: vec!["root.configured".to_owned()],
