@@ -1,4 +1,4 @@
-//! The `sandlog` binary against CLI.md: every command in human and `--json`
+//! The `sandlog` binary against docs/cli.md: every command in human and `--json`
 //! form, every documented exit code, and bad input. Runs the real binary on
 //! temporary roots with the real python.wasm.
 
