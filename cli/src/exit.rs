@@ -89,7 +89,7 @@ impl CliError {
                 "{path} already exists in session {session_id}; pass --overwrite to replace it"
             ),
             RuntimeError::IsDirectory { path } => format!(
-                "{path} is a directory; pass --recursive to delete it and everything in it"
+                "{path} is a directory: to delete it and everything in it pass --recursive (`sandlog files rm ID PATH --recursive`); `files cat` and `files put` take a file"
             ),
             RuntimeError::UnknownSession(session_id) => format!(
                 "no session {session_id}; `sandlog session list` shows the sessions of this root"
@@ -98,11 +98,11 @@ impl CliError {
                 "{error}; `sandlog session list --status active` shows them, `sandlog session create` makes a new one"
             ),
             RuntimeError::CodeTooLarge { size, max } => format!(
-                "the code is {size} bytes, over the limit of {max} bytes; split it, or write it to a file in the workspace with `sandlog files put` and run a short script that reads it"
+                "the code is {size} bytes; the limit is {max} bytes: write the data it holds to the workspace with `sandlog files put` and run a short script that reads it"
             ),
-            RuntimeError::QuotaExceeded { .. } => format!(
-                "{error}; delete files first (`sandlog files rm`) or write less"
-            ),
+            RuntimeError::QuotaExceeded { .. } => {
+                format!("{error}; delete files first (`sandlog files rm`) or write less")
+            }
             _ => return CliError::Runtime(error),
         };
         CliError::Reworded {

@@ -74,7 +74,10 @@ fn describe_arg(arg: &Arg) -> String {
     let value_name = arg
         .get_value_names()
         .and_then(|names| names.first())
-        .map_or_else(|| arg.get_id().to_string().to_uppercase(), ToString::to_string);
+        .map_or_else(
+            || arg.get_id().to_string().to_uppercase(),
+            ToString::to_string,
+        );
     let takes_value = matches!(arg.get_action(), ArgAction::Set | ArgAction::Append);
     let mut spelling = match (arg.get_short(), arg.get_long()) {
         (Some(short), Some(long)) => format!("`-{short}`, `--{long}"),
@@ -95,7 +98,12 @@ fn describe_arg(arg: &Arg) -> String {
     let help = arg
         .get_long_help()
         .or_else(|| arg.get_help())
-        .map(|help| help.to_string().split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|help| {
+            help.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_default();
     let mut line = format!("{spelling}: {help}");
     let possible: Vec<String> = arg

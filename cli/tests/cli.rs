@@ -132,7 +132,9 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
         json_success(sandlog(&root).args(["--json", "session", "list", "--status", "active"]));
     assert_eq!(list.as_array().unwrap().len(), 1);
     let human = text_success(sandlog(&root).args(["session", "list"]));
-    assert!(human.contains(&id));
+    assert!(human.contains(&id[..8]));
+    let wide = text_success(sandlog(&root).args(["--wide", "session", "list"]));
+    assert!(wide.contains(&id));
     let timeline = json_success(sandlog(&root).args(["--json", "session", "timeline", &id]));
     assert_eq!(timeline[0]["kind"], "session.created");
     sandlog(&root)

@@ -81,7 +81,12 @@ fn sandlog(root: &Path) -> Command {
 /// Runs a `--json` command (exit `code`) and parses its stdout: one
 /// document, or JSON Lines as an array.
 fn run(root: &Path, args: &[&str], code: i32) -> Value {
-    let output = sandlog(root).args(args).assert().code(code).get_output().clone();
+    let output = sandlog(root)
+        .args(args)
+        .assert()
+        .code(code)
+        .get_output()
+        .clone();
     let text = String::from_utf8(output.stdout).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|_| {
         Value::Array(
@@ -131,7 +136,12 @@ fn fields(value: &Value, prefix: &str, out: &mut BTreeMap<String, Vec<&'static s
                 let inner_free = free
                     || matches!(
                         key.as_str(),
-                        "labels" | "payload" | "errors" | "skipped_reasons" | "sessions" | "cleanup"
+                        "labels"
+                            | "payload"
+                            | "errors"
+                            | "skipped_reasons"
+                            | "sessions"
+                            | "cleanup"
                     ) && inner.is_object();
                 if !inner_free {
                     fields(inner, &path, out, false);
@@ -165,27 +175,48 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     let input = input.to_str().unwrap().to_owned();
     documents.push((
         "files put",
-        run(&root, &["files", "put", &id, "a/b.txt", "--from", &input], 0),
+        run(
+            &root,
+            &["files", "put", &id, "a/b.txt", "--from", &input],
+            0,
+        ),
     ));
     documents.push((
         "exec",
         run(
             &root,
-            &["exec", &id, "--code", "open('/app/out.txt','w').write('x'); print(1)"],
+            &[
+                "exec",
+                &id,
+                "--code",
+                "open('/app/out.txt','w').write('x'); print(1)",
+            ],
             0,
         ),
     ));
     documents.push(("session list", run(&root, &["session", "list"], 0)));
     documents.push(("session show", run(&root, &["session", "show", &id], 0)));
-    documents.push(("session timeline", run(&root, &["session", "timeline", &id], 0)));
+    documents.push((
+        "session timeline",
+        run(&root, &["session", "timeline", &id], 0),
+    ));
     documents.push(("files ls", run(&root, &["files", "ls", &id], 0)));
     documents.push(("log", run(&root, &["log", "--tail", "3"], 0)));
-    documents.push(("replay", run(&root, &["replay", "--at", "3", "--session", &id], 0)));
+    documents.push((
+        "replay",
+        run(&root, &["replay", "--at", "3", "--session", &id], 0),
+    ));
     documents.push(("verify", run(&root, &["verify"], 0)));
     documents.push(("digest", run(&root, &["digest"], 0)));
     documents.push(("stats", run(&root, &["stats"], 0)));
-    documents.push(("files rm", run(&root, &["files", "rm", &id, "a", "--recursive"], 0)));
-    documents.push(("prune", run(&root, &["prune", "--older-than", "1d", "--dry-run"], 0)));
+    documents.push((
+        "files rm",
+        run(&root, &["files", "rm", &id, "a", "--recursive"], 0),
+    ));
+    documents.push((
+        "prune",
+        run(&root, &["prune", "--older-than", "1d", "--dry-run"], 0),
+    ));
     documents.push(("reconcile", run(&root, &["reconcile"], 0)));
     let export = dir.path().join("export");
     documents.push((
@@ -247,9 +278,10 @@ struct SourceField {
 /// `rename` applied; `skip` fields left out).
 fn source_struct(source: &str, name: &str) -> Option<(String, Vec<SourceField>)> {
     let lines: Vec<&str> = source.lines().collect();
-    let start = lines
-        .iter()
-        .position(|line| line.trim_start().starts_with(&format!("pub struct {name} ")))?;
+    let start = lines.iter().position(|line| {
+        line.trim_start()
+            .starts_with(&format!("pub struct {name} "))
+    })?;
     let mut doc_lines = Vec::new();
     for line in lines[..start].iter().rev() {
         let line = line.trim();
@@ -343,15 +375,23 @@ fn event_catalogue_is_current() -> TestResult {
         let Some((left, right)) = line.split_once(" = \"") else {
             continue;
         };
-        let Some(type_name) = left.split_once('(').map(|(_, rest)| rest.trim_end_matches(')')) else {
+        let Some(type_name) = left
+            .split_once('(')
+            .map(|(_, rest)| rest.trim_end_matches(')'))
+        else {
             continue;
         };
         let (kind, schema) = right.split_once("\", schema ").ok_or(line.to_owned())?;
         let schema = schema.trim_end_matches(';');
         let (doc, fields) =
             source_struct(&events, type_name).ok_or(format!("no struct {type_name}"))?;
-        let doc = doc.trim_start_matches(&format!("`{kind}`")).trim().to_owned();
-        text.push_str(&format!("\n## `{kind}`\n\nSchema {schema}. Payload type `{type_name}`."));
+        let doc = doc
+            .trim_start_matches(&format!("`{kind}`"))
+            .trim()
+            .to_owned();
+        text.push_str(&format!(
+            "\n## `{kind}`\n\nSchema {schema}. Payload type `{type_name}`."
+        ));
         if !doc.is_empty() {
             text.push_str(&format!(" {doc}"));
         }

@@ -14,7 +14,11 @@ fn compile_note_and_progress_bar_only_on_a_terminal() -> Result<(), Box<dyn std:
         .map(PathBuf::from)
         .unwrap_or_else(|| repo.join(".runtimes"));
     let quickjs = runtimes.join("quickjs.wasm");
-    assert!(quickjs.is_file(), "{} is missing: run `make runtimes`", quickjs.display());
+    assert!(
+        quickjs.is_file(),
+        "{} is missing: run `make runtimes`",
+        quickjs.display()
+    );
     let output = std::process::Command::new(repo.join("scripts/terminal-check.sh"))
         .arg(env!("CARGO_BIN_EXE_sandlog"))
         .arg(&quickjs)

@@ -76,103 +76,87 @@ fn create(root: &Path) -> String {
     created["session_id"].as_str().unwrap().to_owned()
 }
 
-/// Replaces every RFC 3339 time in `text` with `<time>` and every 12-digit
-/// hash prefix after a space with `<hash>`, so layouts compare exactly.
-fn normalise(text: &str) -> String {
+/// `text` with every RFC 3339 time replaced by a placeholder of the same
+/// width (so the layout is unchanged) and `id` by `<id>` padded likewise.
+fn normalise(text: &str, ids: &[&str]) -> String {
+    const PLACEHOLDER: &str = "YYYY-MM-DDTHH:MM:SS.ffffffZ";
+    let shape = "dddd-dd-ddTdd:dd:dd.ddddddZ".as_bytes();
+    let bytes = text.as_bytes();
     let mut out = String::new();
-    for line in text.lines() {
-        let words: Vec<String> = line
-            .split(' ')
-            .map(|word| {
-                let looks_like_time = word.len() >= 20
-                    && word.as_bytes().get(4) == Some(&b'-')
-                    && word.as_bytes().get(10) == Some(&b'T')
-                    && word.ends_with('Z');
-                if looks_like_time {
-                    "<time>".to_owned()
-                } else {
-                    word.to_owned()
-                }
+    let mut index = 0;
+    while index < bytes.len() {
+        let window = bytes.get(index..index + shape.len());
+        let is_time = window.is_some_and(|window| {
+            window.iter().zip(shape).all(|(byte, want)| match want {
+                b'd' => byte.is_ascii_digit(),
+                other => byte == other,
             })
-            .collect();
-        out.push_str(&words.join(" "));
-        out.push('\n');
+        });
+        if is_time {
+            out.push_str(PLACEHOLDER);
+            index += shape.len();
+        } else {
+            let character = text[index..].chars().next().unwrap();
+            out.push(character);
+            index += character.len_utf8();
+        }
+    }
+    for (index, id) in ids.iter().enumerate() {
+        let marker = format!("<id{index}>");
+        out = out.replace(id, &format!("{marker:<width$}", width = id.len()));
     }
     out
 }
 
 /// `session list` is aligned columns under an upper-case header with no
 /// border lines, ids cut to 8 hex digits; `--wide` shows them whole and
-/// `--format tsv` gives one tab-separated row per line.
+/// `--format tsv` gives one tab-separated row per line. Compared as
+/// literal snapshots with times and ids normalised.
 #[test]
 fn session_list_is_plain_columns_with_short_ids() -> TestResult {
     let (_dir, root) = init();
     let id = create(&root);
     let short = &id[..8];
     let table = stdout_of(sandlog(&root).args(["session", "list"]));
-    // The width of the time columns is the same on every run: 27 chars.
-    let expected = format!(
-        "SESSION   STATUS  CREATED  UPDATED  EXECS  FILES  SIZE  LEGACY  HELD\n\
-         {short}  active  <time>  <time>  0      0      0 B   -       -\n"
-    );
-    let normalised = normalise(&table)
-        .split('\n')
-        .map(|line| {
-            // Times are replaced by a shorter marker; collapse the padding
-            // that followed them to two spaces to compare the layout.
-            line.replace("<time>", "<time>")
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let collapse = |text: &str| -> String {
-        text.lines()
-            .map(|line| {
-                let mut result = line.to_owned();
-                while result.contains("<time>   ") {
-                    result = result.replace("<time>   ", "<time>  ");
-                }
-                result
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let header_and_row: Vec<&str> = table.lines().collect();
-    assert_eq!(header_and_row.len(), 2, "{table}");
-    assert!(!table.contains('─') && !table.contains('│'), "{table}");
-    let header = header_and_row[0];
-    let row = header_and_row[1];
-    // Columns line up: every header word starts where its cell starts.
-    for (name, cell) in [("STATUS", "active"), ("EXECS", "0"), ("LEGACY", "-")] {
-        assert_eq!(header.find(name), row.find(&format!("  {cell}")).map(|at| at + 2), "{table}");
-    }
-    let _ = normalised;
-    let header_line = expected.lines().next().unwrap();
     assert_eq!(
-        collapse(&normalise(header))
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-        header_line.split_whitespace().collect::<Vec<_>>()
+        normalise(&table, &[short]),
+        "\
+SESSION   STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD
+<id0>     active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -
+"
     );
-    assert_eq!(
-        collapse(&normalise(row)).split_whitespace().collect::<Vec<_>>(),
-        expected.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>()
+    assert!(
+        !table.contains(&id),
+        "the full id shows only with --wide: {table}"
     );
-    assert!(row.starts_with(&format!("{short}  active")), "{row}");
-    assert!(!row.contains(&id), "the full id shows only with --wide: {row}");
 
     let wide = stdout_of(sandlog(&root).args(["--wide", "session", "list"]));
-    assert!(wide.lines().nth(1).unwrap().starts_with(&format!("{id}  active")), "{wide}");
+    assert_eq!(
+        normalise(&wide, &[&id]),
+        "\
+SESSION                               STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD
+<id0>                                 active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -
+"
+    );
 
     let tsv = stdout_of(sandlog(&root).args(["--format", "tsv", "session", "list"]));
-    let rows: Vec<Vec<&str>> = tsv.lines().map(|line| line.split('\t').collect()).collect();
-    assert_eq!(rows.len(), 2, "{tsv}");
     assert_eq!(
-        rows[0],
-        ["session", "status", "created", "updated", "execs", "files", "size", "legacy", "held"]
+        normalise(&tsv, &[&id]).replace(' ', ""),
+        "session\tstatus\tcreated\tupdated\texecs\tfiles\tsize\tlegacy\theld\n\
+         <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0B\t-\t-\n"
     );
-    assert_eq!(rows[1][0], id);
-    assert_eq!(rows[1][1], "active");
-    assert_eq!(rows[1].len(), 9);
+
+    // `log`: the same layout, stream ids short.
+    let log = stdout_of(sandlog(&root).args(["log", "--kind", "session.created"]));
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].starts_with("POS  RECORDED "), "{log}");
+    assert!(
+        lines[1].contains(&format!(
+            "  session/{short}  session.created  session created  "
+        )),
+        "{log}"
+    );
     Ok(())
 }
 
@@ -235,7 +219,11 @@ fn unique_id_prefixes_are_accepted_and_ambiguous_ones_listed() -> TestResult {
         .assert()
         .success()
         .stdout("42\n");
-    let missing = if id.starts_with("ffff") { "0000" } else { "ffff" };
+    let missing = if id.starts_with("ffff") {
+        "0000"
+    } else {
+        "ffff"
+    };
     if !ids.iter().any(|other| other.starts_with(missing)) {
         let error = json(
             &sandlog(&root)
@@ -277,7 +265,14 @@ fn log_tail_and_relative_times() -> TestResult {
     assert_eq!(tail.len(), 2);
     assert_eq!(tail[0]["position"], all[all.len() - 2]["position"]);
     assert_eq!(tail[1]["position"], all[all.len() - 1]["position"]);
-    let session_tail = lines(&["--session", &id[..8], "--kind", "file.written", "--tail", "2"]);
+    let session_tail = lines(&[
+        "--session",
+        &id[..8],
+        "--kind",
+        "file.written",
+        "--tail",
+        "2",
+    ]);
     assert_eq!(session_tail.len(), 2);
     let paths: Vec<&str> = session_tail
         .iter()
@@ -342,8 +337,6 @@ fn log_follow_prints_events_other_processes_append() -> TestResult {
         }
         None
     };
-    // The tail: the newest event before following.
-    assert!(wait_for("root.initialized").is_some() || true);
     let id = create(&root);
     let created = wait_for("session.created").expect("the follower printed session.created");
     assert_eq!(created["stream"], format!("session/{id}"));
@@ -374,8 +367,14 @@ fn guest_failure_shows_the_traceback_and_the_outcome_last() -> TestResult {
         .get_output()
         .clone();
     let stderr = String::from_utf8(output.stderr)?;
-    assert!(stderr.contains("Traceback (most recent call last):"), "{stderr}");
-    assert!(stderr.contains("ZeroDivisionError: division by zero"), "{stderr}");
+    assert!(
+        stderr.contains("Traceback (most recent call last):"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ZeroDivisionError: division by zero"),
+        "{stderr}"
+    );
     assert!(stderr.contains("in f"), "{stderr}");
     assert!(!stderr.contains("wasm backtrace"), "{stderr}");
     assert_eq!(
@@ -391,12 +390,20 @@ fn guest_failure_shows_the_traceback_and_the_outcome_last() -> TestResult {
         .get_output()
         .clone();
     let stderr = String::from_utf8(output.stderr)?;
-    let last = stderr.trim_end().lines().last().unwrap_or_default().to_owned();
+    let last = stderr
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         last.starts_with("sandlog: exec failed: outcome out_of_fuel, no exit code"),
         "{stderr}"
     );
-    assert!(!stderr.contains("wasm backtrace") && !stderr.contains("0x"), "{stderr}");
+    assert!(
+        !stderr.contains("wasm backtrace") && !stderr.contains("0x"),
+        "{stderr}"
+    );
     // `sys.exit(3)`: the guest's exit code.
     let output = sandlog(&root)
         .args(["exec", &id, "--code", "import sys; sys.exit(3)"])
@@ -491,9 +498,16 @@ fn reconcile_summarises_and_exits_4_on_drift() -> TestResult {
             .stdout
             .clone(),
     )?;
-    assert!(human.contains(&format!("drift in session {}", &id[..8])) || human.contains("the disk matches"), "{human}");
+    assert!(
+        human.contains(&format!("drift in session {}", &id[..8]))
+            || human.contains("the disk matches"),
+        "{human}"
+    );
     let help = stdout_of(Command::cargo_bin("sandlog")?.args(["reconcile", "--help"]));
-    assert!(help.contains("--orphan-grace") && help.contains("default: 60s"), "{help}");
+    assert!(
+        help.contains("--orphan-grace") && help.contains("default: 60s"),
+        "{help}"
+    );
     Ok(())
 }
 
@@ -525,7 +539,14 @@ fn prune_by_caps_without_older_than() -> TestResult {
     assert_eq!(kept[0]["session_id"], second.as_str());
     let report = json(
         &sandlog(&root)
-            .args(["--json", "prune", "--max-bytes", "1GiB", "--max-deletions", "5"])
+            .args([
+                "--json",
+                "prune",
+                "--max-bytes",
+                "1GiB",
+                "--max-deletions",
+                "5",
+            ])
             .assert()
             .success()
             .get_output()
@@ -540,20 +561,29 @@ fn prune_by_caps_without_older_than() -> TestResult {
         .stderr
         .clone();
     let error = String::from_utf8(error)?;
-    assert!(error.contains("--older-than") && error.contains("--max-sessions"), "{error}");
+    assert!(
+        error.contains("--older-than") && error.contains("--max-sessions"),
+        "{error}"
+    );
     Ok(())
 }
 
 /// The OS user name the password database gives this uid (`id -un`).
 fn os_user() -> String {
-    let output = std::process::Command::new("id").arg("-un").output().unwrap();
+    let output = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
 /// The actor of the newest event.
 fn last_actor(root: &Path) -> String {
     let out = stdout_of(sandlog(root).args(["--json", "log", "--tail", "1"]));
-    json(out.trim().as_bytes())["actor"].as_str().unwrap().to_owned()
+    json(out.trim().as_bytes())["actor"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// Every event records who acted: `--actor`, else `$SANDLOG_ACTOR`, else

@@ -300,7 +300,17 @@ fn outcome_line(outcome: Outcome, exit_code: Option<i32>, message: Option<&str>)
         .map_or(String::new(), |reason| {
             format!(": {}", crate::render::escape_for_terminal(&reason))
         });
-    format!("sandlog: exec failed: outcome {}, {code}{reason}", outcome.as_str())
+    let hint = match outcome {
+        Outcome::OutOfFuel => " (the deterministic CPU limit; raise it with --fuel N)",
+        Outcome::Timeout => " (the wall-clock limit; raise it with --timeout DUR)",
+        Outcome::Memory => " (the memory limit; raise it with --memory SIZE)",
+        Outcome::Quota => " (the workspace is full; delete files with `sandlog files rm`)",
+        _ => "",
+    };
+    format!(
+        "sandlog: exec failed: outcome {}, {code}{reason}{hint}",
+        outcome.as_str()
+    )
 }
 
 /// A trap message without wasmtime's backtrace: the lines that say what
@@ -309,9 +319,9 @@ fn trap_reason(message: &str) -> String {
     let mut reasons: Vec<&str> = Vec::new();
     for line in message.lines() {
         let line = line.trim();
-        let is_frame = line
-            .split_once(':')
-            .is_some_and(|(index, _)| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()));
+        let is_frame = line.split_once(':').is_some_and(|(index, _)| {
+            !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+        });
         let is_noise = line.is_empty()
             || is_frame
             || line.contains("wasm backtrace")

@@ -42,8 +42,10 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             }
         }
         FilesCommand::Cat { id, path, at: None } => {
-            let bytes =
-                engine.read_file(super::session_id(engine, &id)?, &super::workspace_path(&path)?)?;
+            let bytes = engine.read_file(
+                super::session_id(engine, &id)?,
+                &super::workspace_path(&path)?,
+            )?;
             let mut stdout = std::io::stdout().lock();
             match stdout.write_all(&bytes) {
                 Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {

@@ -15,7 +15,11 @@ use crate::render;
 
 /// Parses a time flag: an RFC 3339 time, or a duration meaning that long
 /// ago by the engine's clock (`--since 10m`).
-fn time_flag(engine: &Engine, flag: &str, text: Option<&str>) -> Result<Option<Timestamp>, CliError> {
+fn time_flag(
+    engine: &Engine,
+    flag: &str,
+    text: Option<&str>,
+) -> Result<Option<Timestamp>, CliError> {
     let Some(text) = text else {
         return Ok(None);
     };
@@ -75,7 +79,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         envelopes.push(envelope);
         if let Some(tail) = args.tail {
             // Filtered: keep only the newest N seen so far.
-            let excess = envelopes.len().saturating_sub(usize::try_from(tail).unwrap_or(usize::MAX));
+            let excess = envelopes
+                .len()
+                .saturating_sub(usize::try_from(tail).unwrap_or(usize::MAX));
             if excess > 0 {
                 envelopes.drain(..excess);
             }
@@ -115,7 +121,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
             .head()
             .map_err(sandlog_runtime::RuntimeError::from)?
             .position
-            .max(Position(filter.from.map_or(0, |from| from.0.saturating_sub(1)))),
+            .max(Position(
+                filter.from.map_or(0, |from| from.0.saturating_sub(1)),
+            )),
     };
     loop {
         std::thread::sleep(std::time::Duration::from_millis(FOLLOW_POLL_MS));
@@ -131,7 +139,10 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
 }
 
 /// One envelope as a JSON line; false once stdout's reader has gone.
-fn log_json_line(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Result<bool, CliError> {
+fn log_json_line(
+    output: &Output,
+    envelope: &sandlog_runtime::core::Envelope,
+) -> Result<bool, CliError> {
     let line = serde_json::to_string(envelope).map_err(|error| CliError::Io {
         context: "encoding JSON".into(),
         source: std::io::Error::other(error),
@@ -141,7 +152,10 @@ fn log_json_line(output: &Output, envelope: &sandlog_runtime::core::Envelope) ->
 
 /// One envelope while following: a JSON line, or a human line with the
 /// table's columns at fixed widths.
-fn follow_line(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Result<bool, CliError> {
+fn follow_line(
+    output: &Output,
+    envelope: &sandlog_runtime::core::Envelope,
+) -> Result<bool, CliError> {
     if output.json {
         return log_json_line(output, envelope);
     }

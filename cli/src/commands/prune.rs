@@ -213,7 +213,11 @@ fn reconcile_summary(
             "{} intents finished, {} orphans {}, {} sessions with drift, {} errors{}{}",
             report.intents_finished,
             report.orphans.len(),
-            if purge_orphans { "purged" } else { "quarantined" },
+            if purge_orphans {
+                "purged"
+            } else {
+                "quarantined"
+            },
             report.drift.len(),
             report.errors.len(),
             if dry { " (dry run)" } else { "" },

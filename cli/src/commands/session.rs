@@ -187,7 +187,8 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
         SessionCommand::Delete { id, reason, wait } => {
             let wait =
                 sandlog_runtime::core::human::parse_duration(&wait).map_err(crate::exit::usage)?;
-            let report = engine.delete_session_waiting(super::session_id(engine, &id)?, &reason, wait)?;
+            let report =
+                engine.delete_session_waiting(super::session_id(engine, &id)?, &reason, wait)?;
             if output.json {
                 output.json(&json!({"session_id": report.session_id, "reclaimed_bytes": report.reclaimed_bytes}))?;
             } else {
