@@ -106,6 +106,9 @@ fn describe_arg(arg: &Arg) -> String {
         })
         .unwrap_or_default();
     let mut line = format!("{spelling}: {help}");
+    if !line.ends_with('.') {
+        line.push('.');
+    }
     let possible: Vec<String> = arg
         .get_possible_values()
         .iter()

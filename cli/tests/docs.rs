@@ -387,8 +387,15 @@ fn event_catalogue_is_current() -> TestResult {
             source_struct(&events, type_name).ok_or(format!("no struct {type_name}"))?;
         let doc = doc
             .trim_start_matches(&format!("`{kind}`"))
+            .trim_start_matches([':', ' '])
             .trim()
             .to_owned();
+        let doc: String = doc
+            .chars()
+            .take(1)
+            .flat_map(char::to_uppercase)
+            .chain(doc.chars().skip(1))
+            .collect();
         text.push_str(&format!(
             "\n## `{kind}`\n\nSchema {schema}. Payload type `{type_name}`."
         ));
