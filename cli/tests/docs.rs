@@ -245,15 +245,7 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     );
     for (command, document) in &documents {
         let mut found = BTreeMap::new();
-        let top = match document {
-            Value::Array(_) => "[]",
-            _ => "",
-        };
-        if top.is_empty() {
-            fields(document, "", &mut found, false);
-        } else {
-            fields(document, "", &mut found, false);
-        }
+        fields(document, "", &mut found, false);
         text.push_str(&format!(
             "\n## `{command}`\n\nA JSON {}.\n\n| field | type |\n|---|---|\n",
             type_name(document)
@@ -312,14 +304,14 @@ fn source_struct(source: &str, name: &str) -> Option<(String, Vec<SourceField>)>
                 skip = true;
             }
         } else if let Some(rest) = trimmed.strip_prefix("pub ") {
-            if let Some((field, ty)) = rest.split_once(':') {
-                if !skip {
-                    fields.push(SourceField {
-                        name: rename.take().unwrap_or_else(|| field.trim().to_owned()),
-                        ty: ty.trim().trim_end_matches(',').to_owned(),
-                        doc: doc.join(" "),
-                    });
-                }
+            if let Some((field, ty)) = rest.split_once(':')
+                && !skip
+            {
+                fields.push(SourceField {
+                    name: rename.take().unwrap_or_else(|| field.trim().to_owned()),
+                    ty: ty.trim().trim_end_matches(',').to_owned(),
+                    doc: doc.join(" "),
+                });
             }
             doc.clear();
             rename = None;

@@ -329,10 +329,10 @@ fn log_follow_prints_events_other_processes_append() -> TestResult {
     let wait_for = |kind: &str| -> Option<Value> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Ok(event) = receiver.recv_timeout(Duration::from_millis(100)) {
-                if event["kind"] == kind {
-                    return Some(event);
-                }
+            if let Ok(event) = receiver.recv_timeout(Duration::from_millis(100))
+                && event["kind"] == kind
+            {
+                return Some(event);
             }
         }
         None
