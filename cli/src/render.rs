@@ -467,6 +467,48 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
 
+    fn table(tsv: bool, header: &[&str], rows: &[&[&str]]) -> super::Table {
+        let mut table = super::Table {
+            header: header.iter().map(|name| (*name).to_owned()).collect(),
+            rows: Vec::new(),
+            tsv,
+        };
+        for row in rows {
+            table.add_row(row.iter().map(|cell| (*cell).to_owned()).collect());
+        }
+        table
+    }
+
+    /// Columns align on visible width (colour sequences and multi-byte
+    /// characters count as what the terminal shows), two spaces apart, with
+    /// no trailing blanks.
+    #[test]
+    fn columns_align_on_visible_width() {
+        let shown = table(
+            false,
+            &["A", "BB", "C"],
+            &[&["\x1b[32mok\x1b[0m", "é", "x"], &["long cell", "", "y"]],
+        )
+        .to_string();
+        assert_eq!(
+            shown,
+            "A          BB  C\n\x1b[32mok\x1b[0m         é   x\nlong cell      y"
+        );
+    }
+
+    /// TSV keeps one row a line: tabs, newlines and backslashes in cells
+    /// are escaped, colour removed; an all-empty header prints no line.
+    #[test]
+    fn tsv_escapes_cells_and_skips_an_empty_header() {
+        let shown = table(
+            true,
+            &["", ""],
+            &[&["a\tb", "c\nd\\e"], &["\x1b[31mred\x1b[0m", ""]],
+        )
+        .to_string();
+        assert_eq!(shown, "a\\tb\tc\\nd\\\\e\nred\t");
+    }
+
     /// Invalid bytes keep their value and control characters cannot reach
     /// the terminal.
     #[test]

@@ -19,7 +19,7 @@ use sandlog_runtime::core::{SessionId, WorkspacePath};
 use sandlog_runtime::{Engine, EngineOptions};
 
 use crate::args::{Cli, Command, EvidenceCommand};
-use crate::exit::{CliError, usage};
+use crate::exit::CliError;
 use crate::output::Output;
 
 /// Runs the command; returns the exit code for success paths (0, or 5 for
@@ -151,8 +151,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
 /// found" (exit 3); one that matches several is a usage error (exit 2)
 /// listing them; text that cannot begin a UUID is a usage error.
 pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
-    let full = SessionId::parse(text);
-    if let Ok(session_id) = full {
+    if let Ok(session_id) = SessionId::parse(text) {
         return Ok(session_id);
     }
     let prefix = text.to_ascii_lowercase();
@@ -162,7 +161,13 @@ pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
             .chars()
             .all(|character| character.is_ascii_hexdigit() || character == '-');
     if !could_be_prefix {
-        return full.map_err(usage);
+        return Err(CliError::Usage {
+            kind: "invalid_session_id",
+            message: format!(
+                "invalid session id {text:?}: give a session's UUID or a unique prefix of it \
+                 (hex digits, such as 84233c86); `sandlog session list` shows them"
+            ),
+        });
     }
     let matching: Vec<SessionId> = engine
         .sessions(None)?

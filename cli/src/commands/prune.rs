@@ -78,7 +78,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
                     output.good("deleted")
                 };
                 table.add_row(vec![
-                    candidate.session_id.to_string(),
+                    render::id(output, &candidate.session_id),
                     format_duration(candidate.age()),
                     candidate.updated_at.to_string(),
                     format_size(candidate.bytes),
