@@ -146,15 +146,24 @@ SESSION                               STATUS  CREATED                      UPDAT
          <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0B\t-\t-\n"
     );
 
-    // `log`: the same layout, stream ids short.
+    // `log`: the same layout, stream ids short, the actor shown.
+    sandlog(&root)
+        .args(["--actor", "ana", "session", "create"])
+        .assert()
+        .success();
     let log = stdout_of(sandlog(&root).args(["log", "--kind", "session.created"]));
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines.len(), 3, "{log}");
     assert!(lines[0].starts_with("POS  RECORDED "), "{log}");
+    assert!(lines[0].contains("  ACTOR  "), "{log}");
     assert!(
-        lines[1].contains(&format!(
-            "  session/{short}  session.created  session created  "
-        )),
+        lines[1].contains(&format!("  session/{short}  session.created  ")),
+        "{log}"
+    );
+    assert!(lines[2].contains("  session.created  ana "), "{log}");
+    assert_eq!(
+        lines[1].find("session created"),
+        lines[2].find("session created"),
         "{log}"
     );
     Ok(())

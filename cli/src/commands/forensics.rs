@@ -97,7 +97,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         } else {
             let mut table = render::table(
                 output,
-                &["pos", "recorded", "stream", "kind", "what", "hash"],
+                &["pos", "recorded", "stream", "kind", "actor", "what", "hash"],
             );
             for envelope in &envelopes {
                 table.add_row(log_row(output, envelope));
@@ -165,13 +165,14 @@ fn follow_line(
     } else {
         let cell = |index: usize| row.get(index).map_or("", String::as_str);
         format!(
-            "{:>6}  {}  {:<14}  {:<26}  {}  {}",
+            "{:>6}  {}  {:<16}  {:<26}  {:<10}  {}  {}",
             cell(0),
             cell(1),
             cell(2),
             cell(3),
             cell(4),
-            cell(5)
+            cell(5),
+            cell(6)
         )
     };
     output.line_open(&line)
@@ -188,8 +189,13 @@ fn log_row(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Vec<S
         envelope.recorded_at.to_string(),
         stream,
         render::escaped(&envelope.kind),
+        render::escaped(&envelope.actor),
         render::describe(envelope),
-        render::short_hash(&envelope.hash.to_hex()).to_owned(),
+        if output.wide || output.tsv {
+            envelope.hash.to_hex()
+        } else {
+            render::short_hash(&envelope.hash.to_hex()).to_owned()
+        },
     ]
 }
 

@@ -222,7 +222,7 @@ fn reconcile_summary(
             report.errors.len(),
             if dry { " (dry run)" } else { "" },
             if findings > 0 {
-                "; drift found: exit 4 (`sandlog log --kind workspace.drift.detected` lists it)"
+                "; drift found: exit 4 (`sandlog log --kind 'workspace.*'` lists what was recorded)"
             } else {
                 ""
             }
