@@ -103,6 +103,9 @@ impl CliError {
             RuntimeError::QuotaExceeded { .. } => {
                 format!("{error}; delete files first (`sandlog files rm`) or write less")
             }
+            RuntimeError::Conflict(session_id) => format!(
+                "session {session_id} changed while this command ran (another process wrote to it): run the command again"
+            ),
             _ => return CliError::Runtime(error),
         };
         CliError::Reworded {

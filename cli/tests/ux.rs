@@ -242,7 +242,7 @@ fn unique_id_prefixes_are_accepted_and_ambiguous_ones_listed() -> TestResult {
                 .get_output()
                 .stderr,
         );
-        assert_eq!(error["error"]["kind"], "unknown_session");
+        assert_eq!(error["error"]["kind"], "not_found");
     }
     sandlog(&root)
         .args(["session", "show", "not-an-id!"])

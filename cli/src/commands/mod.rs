@@ -178,7 +178,7 @@ pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
     match matching.as_slice() {
         [session_id] => Ok(*session_id),
         [] => Err(CliError::NotFound {
-            kind: "unknown_session",
+            kind: "not_found",
             message: format!(
                 "no session id starts with {text:?} (`sandlog session list` shows the sessions)"
             ),
