@@ -142,6 +142,16 @@ pub fn id(output: &Output, session_id: &SessionId) -> String {
     }
 }
 
+/// A blake3 or event hash as tables show it: its first 12 hex digits, or
+/// whole with `--wide` and `--format tsv`.
+pub fn hash(output: &Output, hex: &str) -> String {
+    if output.wide || output.tsv {
+        hex.to_owned()
+    } else {
+        short_hash(hex).to_owned()
+    }
+}
+
 /// A timestamp, or `—`.
 pub fn time(timestamp: Option<Timestamp>) -> String {
     timestamp.map_or_else(|| "—".to_owned(), |t| t.to_string())

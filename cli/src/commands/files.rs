@@ -34,7 +34,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                     table.add_row(vec![
                         render::escaped(&file.path),
                         format_size(file.size),
-                        render::short_hash(&file.blake3.to_hex()).to_owned(),
+                        render::hash(output, &file.blake3.to_hex()),
                         file.updated_at.to_string(),
                     ]);
                 }

@@ -191,11 +191,7 @@ fn log_row(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Vec<S
         render::escaped(&envelope.kind),
         render::escaped(&envelope.actor),
         render::describe(envelope),
-        if output.wide || output.tsv {
-            envelope.hash.to_hex()
-        } else {
-            render::short_hash(&envelope.hash.to_hex()).to_owned()
-        },
+        render::hash(output, &envelope.hash.to_hex()),
     ]
 }
 
@@ -241,6 +237,8 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             let mut document = super::session::session_document(&summary);
             if let Some(object) = document.as_object_mut() {
                 object.insert("as_of_position".into(), json!(position));
+                // `position`, as `files restore` names the same point.
+                object.insert("position".into(), json!(position));
                 object.insert("file_list".into(), json!(files));
             }
             output.json(&document)?;
@@ -252,7 +250,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
                 table.add_row(vec![
                     render::escaped(path),
                     format_size(file.size),
-                    render::short_hash(&file.blake3.to_hex()).to_owned(),
+                    render::hash(output, &file.blake3.to_hex()),
                     file.updated_at.to_string(),
                 ]);
             }
@@ -271,7 +269,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             .map(super::session::session_document)
             .collect();
         output.json(
-            &json!({"as_of_position": position, "sessions": documents, "cleanup": state.stats}),
+            &json!({"as_of_position": position, "position": position, "sessions": documents, "cleanup": state.stats}),
         )?;
     } else {
         output.line(&format!(
