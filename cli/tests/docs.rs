@@ -226,6 +226,42 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     let seeds = dir.path().join("seeds");
     std::fs::create_dir_all(seeds.join("6f1c1d3e-8b9a-4c2d-9e8f-0a1b2c3d4e5f"))?;
     documents.push(("adopt", run(&root, &["adopt", seeds.to_str().unwrap()], 0)));
+    documents.push(("exec show", run(&root, &["exec", "show", &id, "1"], 0)));
+    documents.push((
+        "session fork",
+        run(&root, &["session", "fork", &id, "--at", "4"], 0),
+    ));
+    let restored = dir.path().join("restored");
+    documents.push((
+        "files restore",
+        run(
+            &root,
+            &[
+                "files",
+                "restore",
+                &id,
+                "--at",
+                "4",
+                "--to",
+                restored.to_str().unwrap(),
+            ],
+            0,
+        ),
+    ));
+    documents.push((
+        "session hold",
+        run(&root, &["session", "hold", &id, "--reason", "case 1"], 0),
+    ));
+    documents.push((
+        "session release",
+        run(&root, &["session", "release", &id], 0),
+    ));
+    documents.push(("config list", run(&root, &["config", "list"], 0)));
+    documents.push((
+        "erase",
+        run(&root, &["erase", &id, "--reason", "request 7"], 0),
+    ));
+    documents.push(("gc", run(&root, &["gc"], 0)));
     documents.push(("session delete", run(&root, &["session", "delete", &id], 0)));
 
     let mut text = String::from(
