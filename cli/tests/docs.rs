@@ -441,3 +441,76 @@ fn event_catalogue_is_current() -> TestResult {
     assert!(count >= 20, "only {count} kinds found");
     check_doc("docs/events.md", &text)
 }
+
+/// Every source file under `dir` with extension `rs`.
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name == "target") {
+                continue;
+            }
+            rust_files(&path, found)?;
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Every requirement id (S1, P3, …) a comment in the code or tests cites
+/// is defined in docs/requirements.md, so a reader never needs a document
+/// outside the repository.
+#[test]
+fn cited_requirement_ids_are_defined_in_docs() -> TestResult {
+    let defined = std::fs::read_to_string(repo().join("docs/requirements.md"))?;
+    let mut files = Vec::new();
+    for crate_dir in [
+        "core",
+        "eventstore",
+        "projections",
+        "runtime",
+        "cli",
+        "tests",
+        "python/src",
+    ] {
+        let dir = repo().join(crate_dir);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files)?;
+        }
+    }
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut undefined = Vec::new();
+    let mut cited = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        for (number, line) in text.lines().enumerate() {
+            let Some(comment) = line.trim_start().strip_prefix("//") else {
+                continue;
+            };
+            for word in comment.split(|c: char| !c.is_ascii_alphanumeric()) {
+                let mut chars = word.chars();
+                let is_id = matches!(chars.next(), Some('S' | 'M' | 'P' | 'C' | 'X' | 'A'))
+                    && (2..=3).contains(&word.len())
+                    && chars.all(|c| c.is_ascii_digit());
+                // "C0" is the name of the ASCII control characters.
+                if !is_id || word == "C0" {
+                    continue;
+                }
+                cited += 1;
+                if !defined.contains(&format!("**{word}**")) {
+                    undefined.push(format!("{}:{}: {word}", file.display(), number + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        cited > 20,
+        "only {cited} citations found: is the scan broken?"
+    );
+    assert!(
+        undefined.is_empty(),
+        "ids cited but not defined in docs/requirements.md: {undefined:#?}"
+    );
+    Ok(())
+}
