@@ -363,6 +363,39 @@ fn log_follow_prints_events_other_processes_append() -> TestResult {
     Ok(())
 }
 
+/// `log --follow | head -1`: once the reader has gone, the follower ends
+/// (exit 0) without waiting for another event to write.
+#[test]
+fn log_follow_ends_when_its_reader_goes() -> TestResult {
+    let (_dir, root) = init();
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
+        .env_remove("SANDLOG_ROOT")
+        .arg("--root")
+        .arg(&root)
+        .args(["log", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut stdout = std::io::BufReader::new(follower.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first)?;
+    assert!(first.contains("root.initialized"), "{first}");
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = follower.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            follower.kill()?;
+            panic!("log --follow kept running after its reader closed the pipe");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    Ok(())
+}
+
 /// A Python exception: the guest's own traceback on stderr, no wasmtime
 /// backtrace, the outcome and exit code on the last line, exit 5.
 #[test]

@@ -127,6 +127,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     };
     loop {
         std::thread::sleep(std::time::Duration::from_millis(FOLLOW_POLL_MS));
+        if stdout_reader_gone() {
+            return Ok(0);
+        }
         filter.from = Some(Position(after.0.saturating_add(1)));
         for envelope in engine.store().query(filter.clone()) {
             let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
@@ -136,6 +139,22 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
             }
         }
     }
+}
+
+/// Whether stdout is a pipe (or terminal) whose other end has gone: `poll`
+/// reports an error or hang-up on it. Lets `log --follow | head` end when
+/// `head` does, not only at the next event.
+fn stdout_reader_gone() -> bool {
+    let mut stdout = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // One descriptor we own the record of, and a zero timeout: poll only
+    // writes `revents` and returns at once.
+    #[expect(unsafe_code, reason = "poll on one pollfd we own")]
+    let ready = unsafe { libc::poll(&mut stdout, 1, 0) };
+    ready > 0 && (stdout.revents & (libc::POLLERR | libc::POLLHUP)) != 0
 }
 
 /// One envelope as a JSON line; false once stdout's reader has gone.
