@@ -82,7 +82,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
                     format_duration(candidate.age()),
                     candidate.updated_at.to_string(),
                     format_size(candidate.bytes),
-                    format!("{:?}", candidate.selected_by).to_lowercase(),
+                    selected_by_flag(candidate.selected_by).to_owned(),
                     result,
                 ]);
             }
@@ -229,4 +229,14 @@ fn reconcile_summary(
         )
     });
     lines
+}
+
+/// The flag whose rule selected a candidate, for the prune table.
+fn selected_by_flag(selected_by: sandlog_runtime::projections::prune::SelectedBy) -> &'static str {
+    use sandlog_runtime::projections::prune::SelectedBy;
+    match selected_by {
+        SelectedBy::Age => "--older-than",
+        SelectedBy::MaxSessions => "--max-sessions",
+        SelectedBy::MaxTotalBytes => "--max-bytes",
+    }
 }
