@@ -1,5 +1,6 @@
-//! The command line, mirroring `CLI.md` (clap derive). Parsing only: no
-//! I/O happens here.
+//! The command line (clap derive), as docs/cli.md describes it; the
+//! reference generated from these definitions is docs/cli-reference.md.
+//! Parsing only: no I/O happens here.
 
 use std::path::PathBuf;
 
@@ -45,6 +46,23 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Who acts, recorded on every event this command appends (else
+    /// $SANDLOG_ACTOR, else the OS user name, from the uid when $USER is
+    /// unset).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub actor: Option<String>,
+
+    /// Show ids and values whole in human tables (session ids are
+    /// otherwise cut to their first 8 hex digits, which any command
+    /// accepts back as a prefix).
+    #[arg(long, global = true)]
+    pub wide: bool,
+
+    /// How human output prints tables: aligned columns, or tab-separated
+    /// values with full ids and no colour for shell pipelines.
+    #[arg(long, global = true, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
@@ -60,6 +78,15 @@ pub struct Cli {
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Table formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TableFormat {
+    /// Aligned columns for people.
+    Table,
+    /// Tab-separated values, one row a line, for `cut`, `awk`, `sort`.
+    Tsv,
 }
 
 /// Log output formats.
@@ -109,7 +136,9 @@ pub enum Command {
     /// are never pruned).
     Prune(PruneArgs),
     /// Reconcile the disk to the log: finish pending intents, quarantine
-    /// orphan directories, record drift.
+    /// orphan directories, record drift. Prints what it found and did;
+    /// exits 4 when it found drift or orphans (an integrity finding), 1
+    /// when an action failed.
     Reconcile(ReconcileArgs),
     /// Read the log (JSON Lines with --json).
     Log(LogArgs),
@@ -134,6 +163,9 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff).
     Man,
+    /// Print the CLI reference in Markdown (docs/cli-reference.md).
+    #[command(hide = true)]
+    HelpMarkdown,
     /// The quick-start walk-through: sessions, Python runs, adoption,
     /// pruning, verification and replay on the root, narrated.
     Demo,
@@ -541,9 +573,11 @@ pub enum FilesCommand {
 /// `prune` arguments.
 #[derive(Debug, Args)]
 pub struct PruneArgs {
-    /// Prune sessions idle at least this long (`24h`, `7d`).
+    /// Prune sessions idle at least this long (`24h`, `7d`). Without it,
+    /// only --max-sessions and --max-bytes select sessions (one of the
+    /// three is needed; --max-deletions only caps a run).
     #[arg(long, value_name = "DUR")]
-    pub older_than: String,
+    pub older_than: Option<String>,
     /// List what would be deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -570,8 +604,9 @@ pub struct ReconcileArgs {
     /// Also hash every live workspace's files against the log.
     #[arg(long)]
     pub deep: bool,
-    /// Treat UUID directories younger than this as possibly being created
-    /// (not orphans).
+    /// Grace period for orphans: a UUID-named directory the log does not
+    /// know and younger than this may be a session being created right
+    /// now, so it is left alone, not quarantined (default 60s).
     #[arg(long, value_name = "DUR", default_value = "60s")]
     pub orphan_grace: String,
 }
@@ -585,18 +620,28 @@ pub struct LogArgs {
     /// Only these kinds (repeatable; `session.prune.*` matches a prefix).
     #[arg(long = "kind", value_name = "K")]
     pub kinds: Vec<String>,
-    /// Recorded at or after (RFC 3339).
+    /// Recorded at or after: an RFC 3339 time, or a duration meaning that
+    /// long ago (`10m`, `2h`, `7d`).
     #[arg(long, value_name = "T")]
     pub since: Option<String>,
-    /// Recorded before (RFC 3339).
+    /// Recorded before: an RFC 3339 time, or a duration meaning that long
+    /// ago (`1h`).
     #[arg(long, value_name = "T")]
     pub until: Option<String>,
     /// From this position.
     #[arg(long, value_name = "POS")]
     pub from: Option<u64>,
-    /// At most N events.
-    #[arg(long, value_name = "N")]
+    /// At most N events (the oldest N that match).
+    #[arg(long, value_name = "N", conflicts_with = "tail")]
     pub limit: Option<u64>,
+    /// Only the newest N events that match, oldest first.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u64>,
+    /// After printing, keep printing new events as they are appended (by
+    /// this or any other process) until interrupted (Ctrl-C) or the reader
+    /// of stdout goes away. Looks for new events every 200 ms.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 /// `replay` arguments.

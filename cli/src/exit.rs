@@ -1,4 +1,4 @@
-//! Errors of the CLI and the exit codes they map to (CLI.md): 0 ok, 1
+//! Errors of the CLI and the exit codes they map to (docs/cli.md): 0 ok, 1
 //! failure, 2 usage or bad input, 3 not found, 4 integrity failure, 5 guest
 //! failure.
 
@@ -33,6 +33,24 @@ pub enum CliError {
         /// What was wrong.
         message: String,
     },
+    /// An engine error in the CLI's words (flags, not library fields): the
+    /// engine's kind and exit code, a message naming the fix on the
+    /// command line.
+    #[error("{message}")]
+    Reworded {
+        /// The engine's error.
+        source: Box<RuntimeError>,
+        /// What to tell the person.
+        message: String,
+    },
+    /// Something the user named does not exist (a session id prefix).
+    #[error("{message}")]
+    NotFound {
+        /// Stable kind.
+        kind: &'static str,
+        /// What was missing and where to look.
+        message: String,
+    },
     /// An integrity failure found by `verify` that is not a chain error.
     #[error("{0}")]
     Integrity(String),
@@ -53,16 +71,46 @@ impl CliError {
     /// wording is about stored events, so only its reason, which names the
     /// value and the fix, is shown. Kind and exit code are unchanged.
     pub fn for_people(self) -> CliError {
-        match self {
-            CliError::Runtime(RuntimeError::Invalid(
-                sandlog_runtime::core::CoreError::InvalidPayload {
-                    schema: 0, reason, ..
-                },
-            )) => CliError::Usage {
-                kind: "invalid_payload",
-                message: reason,
-            },
-            other => other,
+        let CliError::Runtime(error) = self else {
+            return self;
+        };
+        let message = match &error {
+            RuntimeError::Invalid(sandlog_runtime::core::CoreError::InvalidPayload {
+                schema: 0,
+                reason,
+                ..
+            }) => {
+                return CliError::Usage {
+                    kind: "invalid_payload",
+                    message: reason.clone(),
+                };
+            }
+            RuntimeError::FileExists { session_id, path } => format!(
+                "{path} already exists in session {session_id}; pass --overwrite to replace it"
+            ),
+            RuntimeError::IsDirectory { path } => format!(
+                "{path} is a directory: to delete it and everything in it pass --recursive (`sandlog files rm ID PATH --recursive`); `files cat` and `files put` take a file"
+            ),
+            RuntimeError::UnknownSession(session_id) => format!(
+                "no session {session_id}; `sandlog session list` shows the sessions of this root"
+            ),
+            RuntimeError::SessionNotActive { .. } => format!(
+                "{error}; `sandlog session list --status active` shows them, `sandlog session create` makes a new one"
+            ),
+            RuntimeError::CodeTooLarge { size, max } => format!(
+                "the code is {size} bytes; the limit is {max} bytes: write the data it holds to the workspace with `sandlog files put` and run a short script that reads it"
+            ),
+            RuntimeError::QuotaExceeded { .. } => {
+                format!("{error}; delete files first (`sandlog files rm`) or write less")
+            }
+            RuntimeError::Conflict(session_id) => format!(
+                "session {session_id} changed while this command ran (another process wrote to it): run the command again"
+            ),
+            _ => return CliError::Runtime(error),
+        };
+        CliError::Reworded {
+            source: Box::new(error),
+            message,
         }
     }
 
@@ -70,7 +118,8 @@ impl CliError {
     pub fn kind(&self) -> &'static str {
         match self {
             CliError::Runtime(error) => error.kind(),
-            CliError::Usage { kind, .. } => kind,
+            CliError::Reworded { source, .. } => source.kind(),
+            CliError::Usage { kind, .. } | CliError::NotFound { kind, .. } => kind,
             CliError::Integrity(_) => "integrity",
             CliError::Io { .. } => "io",
         }
@@ -80,22 +129,25 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage { .. } => EXIT_USAGE,
+            CliError::NotFound { .. } => EXIT_NOT_FOUND,
             CliError::Integrity(_) => EXIT_INTEGRITY,
             CliError::Io { .. } => EXIT_FAILURE,
-            CliError::Runtime(error) => {
-                if error.is_integrity() {
-                    EXIT_INTEGRITY
-                } else if error.is_not_found()
-                    || matches!(error, RuntimeError::RuntimeMissing { .. })
-                {
-                    EXIT_NOT_FOUND
-                } else if is_bad_input(error) {
-                    EXIT_USAGE
-                } else {
-                    EXIT_FAILURE
-                }
-            }
+            CliError::Reworded { source, .. } => runtime_exit_code(source),
+            CliError::Runtime(error) => runtime_exit_code(error),
         }
+    }
+}
+
+/// The exit code of an engine error.
+fn runtime_exit_code(error: &RuntimeError) -> u8 {
+    if error.is_integrity() {
+        EXIT_INTEGRITY
+    } else if error.is_not_found() || matches!(error, RuntimeError::RuntimeMissing { .. }) {
+        EXIT_NOT_FOUND
+    } else if is_bad_input(error) {
+        EXIT_USAGE
+    } else {
+        EXIT_FAILURE
     }
 }
 

@@ -4,6 +4,7 @@ mod args;
 mod commands;
 mod exit;
 mod output;
+mod reference;
 mod render;
 
 use std::process::ExitCode;

@@ -6,13 +6,13 @@ use std::io::{IsTerminal, Write};
 
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
-use crate::args::{Cli, LogFormat};
+use crate::args::{Cli, LogFormat, TableFormat};
 use crate::exit::CliError;
 
 /// Output settings for one invocation.
@@ -24,6 +24,13 @@ pub struct Output {
     pub color: bool,
     /// Progress bars on stderr.
     pub progress: bool,
+    /// Who acts, recorded on every event the command appends (see
+    /// [`crate::commands::actor`]).
+    pub actor: String,
+    /// `--wide`: whole ids in tables.
+    pub wide: bool,
+    /// `--format tsv`: tables as tab-separated values.
+    pub tsv: bool,
     /// Notes for a person on stderr, such as why the first execution takes
     /// seconds (a terminal, not `--quiet`; `--json` keeps them: they never
     /// touch stdout).
@@ -39,7 +46,13 @@ impl Output {
     pub fn new(cli: &Cli) -> Output {
         Output {
             json: cli.json,
-            color: !cli.json && std::io::stdout().is_terminal() && !no_color(),
+            color: !cli.json
+                && cli.format == TableFormat::Table
+                && std::io::stdout().is_terminal()
+                && !no_color(),
+            wide: cli.wide,
+            actor: crate::commands::actor(cli.actor.as_deref()),
+            tsv: cli.format == TableFormat::Tsv,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),
         }
@@ -87,6 +100,21 @@ impl Output {
         }
     }
 
+    /// Prints a line on stdout and flushes it; `Ok(false)` once the reader
+    /// has gone, for commands that would otherwise keep going (`log
+    /// --follow`).
+    pub fn line_open(&self, text: &str) -> Result<bool, CliError> {
+        let mut stdout = std::io::stdout().lock();
+        match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+            Err(source) => Err(CliError::Io {
+                context: "writing to stdout".into(),
+                source,
+            }),
+            Ok(()) => Ok(true),
+        }
+    }
+
     /// Bold, if colour is on.
     pub fn bold(&self, text: &str) -> String {
         if self.color {
@@ -130,18 +158,44 @@ impl Output {
         }
     }
 
-    /// A progress bar for `total` steps (hidden unless stderr is a
-    /// terminal).
-    pub fn progress_bar(&self, message: &'static str) -> ProgressBar {
-        if !self.progress {
-            return ProgressBar::hidden();
-        }
-        let bar = ProgressBar::new(0);
+    /// A progress bar on stderr, drawn only when stderr is a terminal and
+    /// only once the work's total is known (never `0/0`).
+    pub fn progress_bar(&self, message: &'static str) -> Progress {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         if let Ok(style) = ProgressStyle::with_template("{msg:12} {bar:40} {pos}/{len} {elapsed}") {
             bar.set_style(style);
         }
         bar.set_message(message);
-        bar
+        Progress {
+            bar,
+            enabled: self.progress,
+        }
+    }
+}
+
+/// A progress bar that shows itself on the first update with a total.
+pub struct Progress {
+    bar: ProgressBar,
+    enabled: bool,
+}
+
+impl Progress {
+    /// `done` of `total` steps; a zero total (nothing to do, or not known
+    /// yet) draws nothing.
+    pub fn update(&self, done: u64, total: u64) {
+        if total == 0 {
+            return;
+        }
+        self.bar.set_length(total);
+        self.bar.set_position(done.min(total));
+        if self.enabled && self.bar.is_hidden() {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
     }
 }
 
@@ -227,12 +281,9 @@ fn module_name(path: &Path) -> String {
     )
 }
 
-/// The engine's `(done, total)` progress callback, driving `bar`.
-pub fn advance(bar: &ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
-    move |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    }
+/// The engine's `(done, total)` progress callback, driving `progress`.
+pub fn advance(progress: &Progress) -> impl Fn(u64, u64) + Sync + '_ {
+    move |done, total| progress.update(done, total)
 }
 
 /// Sets up `tracing` on stderr: warnings by default, `-v` info, `-vv`

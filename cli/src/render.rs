@@ -1,29 +1,155 @@
 //! Human rendering: tables, sizes, durations, and one-line descriptions of
 //! events for timelines.
 
-use comfy_table::{Cell, ContentArrangement, Table, presets};
 use sandlog_runtime::core::event::{Drift, Event};
 use sandlog_runtime::core::human::{format_duration, format_size};
-use sandlog_runtime::core::{Envelope, Timestamp};
+use sandlog_runtime::core::{Envelope, SessionId, Timestamp};
 use sandlog_runtime::projections::SessionSummary;
 
 use crate::output::Output;
 
-/// A table with a header, styled for the terminal (plain elsewhere).
-pub fn table(output: &Output, header: &[&str]) -> Table {
-    let mut table = Table::new();
-    table
-        .load_preset(presets::UTF8_HORIZONTAL_ONLY)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    if !output.color {
-        table.force_no_tty();
+/// Hex digits of a session id shown in human tables: the first group of
+/// the UUID, unique in any root a person reads by eye, and accepted back
+/// as a prefix wherever an id is taken.
+pub const SHORT_ID_CHARS: usize = 8;
+
+/// Columns of text: aligned with two spaces and no borders (like
+/// `docker ps`), or tab-separated with `--format tsv`. Cells are never
+/// wrapped; the last column is not padded.
+#[derive(Debug, Clone)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+    tsv: bool,
+}
+
+impl Table {
+    /// Adds a row (missing cells are empty).
+    pub fn add_row(&mut self, row: Vec<String>) -> &mut Table {
+        self.rows.push(row);
+        self
     }
-    table.set_header(
-        header
+
+    fn has_header(&self) -> bool {
+        self.header.iter().any(|name| !name.is_empty())
+    }
+}
+
+impl std::fmt::Display for Table {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header = self.has_header().then_some(&self.header);
+        let lines: Vec<&Vec<String>> = header.into_iter().chain(self.rows.iter()).collect();
+        let columns = lines.iter().map(|line| line.len()).max().unwrap_or(0);
+        let mut text = String::new();
+        if self.tsv {
+            for line in &lines {
+                let cells: Vec<String> = line.iter().map(|cell| tsv_cell(cell)).collect();
+                text.push_str(&cells.join("\t"));
+                text.push('\n');
+            }
+        } else {
+            let mut widths = vec![0usize; columns];
+            for line in &lines {
+                for (width, cell) in widths.iter_mut().zip(line.iter()) {
+                    *width = (*width).max(visible_width(cell));
+                }
+            }
+            for line in &lines {
+                let mut row = String::new();
+                for (index, cell) in line.iter().enumerate() {
+                    row.push_str(cell);
+                    if index + 1 < line.len() {
+                        let width = widths.get(index).copied().unwrap_or(0);
+                        let pad = width.saturating_sub(visible_width(cell)) + 2;
+                        row.extend(std::iter::repeat_n(' ', pad));
+                    }
+                }
+                text.push_str(row.trim_end());
+                text.push('\n');
+            }
+        }
+        formatter.write_str(text.trim_end_matches('\n'))
+    }
+}
+
+/// A cell for `--format tsv`: tabs, newlines and backslashes escaped so a
+/// row stays one line of fields.
+fn tsv_cell(cell: &str) -> String {
+    let plain = strip_ansi(cell);
+    let mut text = String::with_capacity(plain.len());
+    for character in plain.chars() {
+        match character {
+            '\t' => text.push_str("\\t"),
+            '\n' => text.push_str("\\n"),
+            '\r' => text.push_str("\\r"),
+            '\\' => text.push_str("\\\\"),
+            other => text.push(other),
+        }
+    }
+    text
+}
+
+/// `text` without ANSI colour sequences (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(character) = chars.next() {
+        if character == '\x1b' && chars.peek() == Some(&'[') {
+            for inner in chars.by_ref() {
+                if inner == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(character);
+        }
+    }
+    plain
+}
+
+/// Columns a cell takes on a terminal (characters, colour sequences not
+/// counted).
+fn visible_width(cell: &str) -> usize {
+    strip_ansi(cell).chars().count()
+}
+
+/// A table with a header (an all-empty header prints no header line).
+pub fn table(output: &Output, header: &[&str]) -> Table {
+    Table {
+        header: header
             .iter()
-            .map(|name| Cell::new(name).add_attribute(comfy_table::Attribute::Bold)),
-    );
-    table
+            .map(|name| {
+                if output.tsv {
+                    (*name).to_owned()
+                } else {
+                    output.bold(&name.to_uppercase())
+                }
+            })
+            .collect(),
+        rows: Vec::new(),
+        tsv: output.tsv,
+    }
+}
+
+/// A session id as tables show it: its first [`SHORT_ID_CHARS`] hex
+/// digits, or whole with `--wide` and `--format tsv`.
+pub fn id(output: &Output, session_id: &SessionId) -> String {
+    let text = session_id.to_string();
+    if output.wide || output.tsv {
+        text
+    } else {
+        text.get(..SHORT_ID_CHARS).unwrap_or(&text).to_owned()
+    }
+}
+
+/// A blake3 or event hash as tables show it: its first 12 hex digits, or
+/// whole with `--wide` and `--format tsv`.
+pub fn hash(output: &Output, hex: &str) -> String {
+    if output.wide || output.tsv {
+        hex.to_owned()
+    } else {
+        short_hash(hex).to_owned()
+    }
 }
 
 /// A timestamp, or `—`.
@@ -41,7 +167,7 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
     );
     for session in sessions {
         table.add_row(vec![
-            session.session_id.to_string(),
+            id(output, &session.session_id),
             session.status.as_str().to_owned(),
             time(session.created_at),
             time(session.updated_at),
@@ -51,12 +177,12 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             if session.legacy {
                 "yes".to_owned()
             } else {
-                String::new()
+                "-".to_owned()
             },
             if session.held.is_some() {
                 "HELD".to_owned()
             } else {
-                String::new()
+                "-".to_owned()
             },
         ]);
     }
@@ -231,7 +357,8 @@ pub fn describe_exact(envelope: &Envelope) -> String {
     }
 }
 
-fn describe_drift(drift: &Drift) -> String {
+/// One item of drift, for a person.
+pub fn describe_drift(drift: &Drift) -> String {
     match drift {
         Drift::MissingDirectory => "workspace directory missing".to_owned(),
         Drift::FileMissing { path, .. } => format!("{path} missing"),
@@ -349,6 +476,48 @@ mod tests {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
+
+    fn table(tsv: bool, header: &[&str], rows: &[&[&str]]) -> super::Table {
+        let mut table = super::Table {
+            header: header.iter().map(|name| (*name).to_owned()).collect(),
+            rows: Vec::new(),
+            tsv,
+        };
+        for row in rows {
+            table.add_row(row.iter().map(|cell| (*cell).to_owned()).collect());
+        }
+        table
+    }
+
+    /// Columns align on visible width (colour sequences and multi-byte
+    /// characters count as what the terminal shows), two spaces apart, with
+    /// no trailing blanks.
+    #[test]
+    fn columns_align_on_visible_width() {
+        let shown = table(
+            false,
+            &["A", "BB", "C"],
+            &[&["\x1b[32mok\x1b[0m", "é", "x"], &["long cell", "", "y"]],
+        )
+        .to_string();
+        assert_eq!(
+            shown,
+            "A          BB  C\n\x1b[32mok\x1b[0m         é   x\nlong cell      y"
+        );
+    }
+
+    /// TSV keeps one row a line: tabs, newlines and backslashes in cells
+    /// are escaped, colour removed; an all-empty header prints no line.
+    #[test]
+    fn tsv_escapes_cells_and_skips_an_empty_header() {
+        let shown = table(
+            true,
+            &["", ""],
+            &[&["a\tb", "c\nd\\e"], &["\x1b[31mred\x1b[0m", ""]],
+        )
+        .to_string();
+        assert_eq!(shown, "a\\tb\tc\\nd\\\\e\nred\t");
+    }
 
     /// Invalid bytes keep their value and control characters cannot reach
     /// the terminal.

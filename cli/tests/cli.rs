@@ -1,4 +1,4 @@
-//! The `sandlog` binary against CLI.md: every command in human and `--json`
+//! The `sandlog` binary against docs/cli.md: every command in human and `--json`
 //! form, every documented exit code, and bad input. Runs the real binary on
 //! temporary roots with the real python.wasm.
 
@@ -132,7 +132,9 @@ fn session_commands_work_in_json_and_human_form() -> TestResult {
         json_success(sandlog(&root).args(["--json", "session", "list", "--status", "active"]));
     assert_eq!(list.as_array().unwrap().len(), 1);
     let human = text_success(sandlog(&root).args(["session", "list"]));
-    assert!(human.contains(&id));
+    assert!(human.contains(&id[..8]));
+    let wide = text_success(sandlog(&root).args(["--wide", "session", "list"]));
+    assert!(wide.contains(&id));
     let timeline = json_success(sandlog(&root).args(["--json", "session", "timeline", &id]));
     assert_eq!(timeline[0]["kind"], "session.created");
     sandlog(&root)

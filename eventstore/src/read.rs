@@ -12,7 +12,7 @@ use crate::error::{EventStoreError, Result};
 use crate::sqlite::EventStore;
 
 /// Events fetched per page when streaming the log. Big enough that the
-/// per-query overhead vanishes (≈ 1% at this size), small enough that a page
+/// per-query overhead vanishes against the rows' own cost, small enough that a page
 /// of maximal payloads stays in the tens of MiB.
 pub const PAGE_EVENTS: usize = 2048;
 

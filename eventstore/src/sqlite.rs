@@ -38,8 +38,8 @@ pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
-/// read-model rebuild holds it throughout (one transaction: about 1.5 s per
-/// million events on a 2-core VM), and a writer that gives up leaves
+/// read-model rebuild holds it throughout (one transaction, seconds for
+/// millions of events), and a writer that gives up leaves
 /// unrecorded something that already happened (an execution that ran, a
 /// file written). A minute covers rebuilds of tens of millions of events
 /// and still fails, rather than hanging, behind a stuck process.
@@ -55,8 +55,8 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 const CACHE_SIZE_KIB: i64 = 32 * 1024;
 
 /// Size the WAL file is cut back to when a checkpoint restarts it. Without
-/// a limit the file keeps its high-water mark forever (a rebuild of 1M
-/// events leaves 30-90 MB); 16 MiB is several large append batches, so
+/// a limit the file keeps its high-water mark forever (a large rebuild
+/// leaves tens of MB); 16 MiB is several large append batches, so
 /// ordinary appends never pay for regrowing it.
 const WAL_SIZE_LIMIT_BYTES: i64 = 16 * 1024 * 1024;
 

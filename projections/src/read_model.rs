@@ -935,13 +935,13 @@ pub fn catch_up(store: &EventStore) -> Result<u64> {
 const PIPELINED_CATCH_UP_EVENTS_MIN: u64 = 10_000;
 
 /// Decoded events per hand-off from the catch-up reader to the folding
-/// thread: about 2 ms of work, so hand-offs cost nothing measurable.
+/// thread: enough work per hand-off that hand-offs cost next to nothing.
 const DECODED_BATCH_EVENTS: usize = 1024;
 
 /// Hand-offs in flight: a whole chunk. While the folding thread writes and
 /// commits one chunk, the reader decodes the next instead of stalling; with
-/// 8 in flight it stalled after a sixth of a chunk, and the two threads
-/// mostly took turns (2.5-3 s for a 1M-event rebuild against 1.5-1.8 s).
+/// fewer in flight the reader stalls early in each chunk and the two threads
+/// take turns instead of overlapping.
 /// Costs about 15 MiB of decoded events, bounded by the chunk size.
 const DECODED_BATCHES_IN_FLIGHT: usize = CATCH_UP_CHUNK_EVENTS / DECODED_BATCH_EVENTS;
 
@@ -980,7 +980,7 @@ fn read_decoded(
             // One short read transaction per batch, ended before the
             // (blocking) send: a reader that held its snapshot while waiting
             // would keep every checkpoint from resetting the WAL, which then
-            // grew with the rebuild (94 MB for 1M events).
+            // grew with the rebuild.
             let batch = {
                 let transaction = connection.unchecked_transaction()?;
                 let mut statement = fold_rows_after(&transaction)?;
@@ -1128,10 +1128,10 @@ fn pipelined_catch_up(store: &EventStore, start: Position) -> Result<u64> {
 /// One transaction, so nobody ever sees a half-built read model: queries
 /// meanwhile (in this process or another) read the old tables, a crash or
 /// an error leaves them as they were, and the new ones appear whole at the
-/// commit. Appends wait for the write lock meanwhile (as long as the
-/// rebuild takes: 1.4-1.8 s per million events in the benchmark); before, an append
-/// landing between two chunks found its read model behind and folded the
-/// whole rest of the log in its own transaction anyway.
+/// commit. Appends wait for the write lock meanwhile, as long as the
+/// rebuild takes; without the single transaction, an append landing
+/// between two chunks would find its read model behind and fold the whole
+/// rest of the log in its own transaction anyway.
 pub fn rebuild(store: &EventStore) -> Result<u64> {
     Ok(rebuild_unless(store, |_| Ok(false))?.unwrap_or(0))
 }
@@ -1161,8 +1161,8 @@ fn rebuild_unless(
 /// Page cache of the writing connection while the read models are rebuilt
 /// from position 0, in KiB. Their writes append at the right edge of the
 /// tables (see the schema), so a large cache buys a rebuild nothing
-/// measurable (1M events: the same 1.6-2.1 s with 8 MiB as with 32 MiB),
-/// while filling the store's usual 32 MiB made the rebuild's peak memory
+/// measurable (the `projections` bench prints the rebuild rate), while
+/// filling the store's usual 32 MiB made the rebuild's peak memory
 /// grow with the size of the read model it replaced, up to that cap.
 const REBUILD_CACHE_KIB: i64 = 8 * 1024;
 

@@ -19,6 +19,12 @@
 //! * [`report`]: one session as a self-contained HTML report.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
 
+/// The README's examples, compiled and run as doc-tests so they cannot
+/// drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod adopt;
 pub mod anchor;
 pub mod applier;

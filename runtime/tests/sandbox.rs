@@ -9,7 +9,7 @@
 //! All tests in this binary share one `Sandbox` (one engine, one ticker),
 //! which is also how an embedder uses it.
 //!
-//! Requirement ids (S2, S3, …) refer to issue 4's acceptance list.
+//! Requirement ids (S2, S3, …) are defined in docs/requirements.md.
 
 use std::fs;
 use std::path::{Path, PathBuf};

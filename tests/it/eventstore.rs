@@ -3,8 +3,8 @@
 //! idempotent retries, opening wrong files, blobs, the append hook, queries
 //! and the durability setting.
 //!
-//! Requirement ids are REQUIREMENTS.md's: A1 (the chain and `verify`), A3
-//! (queries), C2 (nothing acknowledged is lost), P7 (a concurrent writer's
+//! Requirement ids are defined in docs/requirements.md: A1 (the chain
+//! and `verify`), A3 (queries), C2 (nothing acknowledged is lost), P7 (a concurrent writer's
 //! conflict surfaces, so a stale decision is never applied). "Issue 2" cites
 //! the Acceptance section of the foundation issue.
 //!

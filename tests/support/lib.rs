@@ -308,7 +308,8 @@ pub mod strategies {
         "[a-z]{1,10}(\\.[a-z_]{1,10}){0,3}"
     }
 
-    /// An actor of one of the shapes DESIGN.md lists.
+    /// An actor of one of the shapes the CLI and library record (a user
+    /// name, a prefixed name, a component).
     pub fn actor() -> impl Strategy<Value = String> {
         prop_oneof![
             "cli:[a-z]{1,8}",

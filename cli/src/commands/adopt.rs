@@ -12,7 +12,7 @@ pub fn adopt(root: &Path, dir: &Path, output: &Output) -> Result<u8, CliError> {
     let bar = output.progress_bar("adopting");
     let progress = crate::output::advance(&bar);
     let report = engine.adopt(dir, &progress)?;
-    bar.finish_and_clear();
+    bar.finish();
     if output.json {
         let skipped: Vec<_> = report
             .skipped

@@ -29,7 +29,7 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
             message: "give the session id: `sandlog exec ID --code CODE`".into(),
         });
     };
-    let session_id = super::session_id(id)?;
+    let session_id = super::session_id(engine, id)?;
     let code = match (&args.code, &args.file, args.stdin.as_deref()) {
         (Some(code), _, _) => code.clone().into_bytes(),
         (None, Some(path), _) => std::fs::read(path).map_err(|source| CliError::Io {
@@ -115,18 +115,17 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
         if execution.stdout_truncated || execution.stderr_truncated {
             let _ = writeln!(stderr, "sandlog: output truncated at the cap");
         }
-        if execution.outcome != Outcome::Ok {
+        if failed {
+            // Last line: the outcome and the guest's exit code, after the
+            // guest's own stderr (a Python traceback, say).
             let _ = writeln!(
                 stderr,
-                "sandlog: outcome {}{}",
-                execution.outcome.as_str(),
-                execution
-                    .message
-                    .as_deref()
-                    .map_or(String::new(), |message| format!(
-                        ": {}",
-                        crate::render::escape_for_terminal(message)
-                    ))
+                "{}",
+                outcome_line(
+                    execution.outcome,
+                    execution.exit_code,
+                    execution.message.as_deref()
+                )
             );
         }
     }
@@ -136,7 +135,7 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
 /// `exec show ID N`: one execution as recorded, its code and output whole
 /// (up to the largest output limit).
 fn show(engine: &Engine, id: &str, execution: &str, output: &Output) -> Result<u8, CliError> {
-    let session_id = super::session_id(id)?;
+    let session_id = super::session_id(engine, id)?;
     let selector = ExecSelector::parse(execution)?;
     let record = engine.execution_record(session_id, selector, None)?;
     if output.json {
@@ -286,4 +285,67 @@ fn kept(engine: &Engine, file: &FileWritten) -> Result<String, CliError> {
         BlobState::Erased { erased_at, .. } => format!("erased at {erased_at}"),
         BlobState::Missing => "not kept: no bytes are stored under its hash".to_owned(),
     })
+}
+
+/// The last line of a failed `exec`: outcome, exit code, and for a trap or
+/// a limit its reason without the engine's backtrace.
+fn outcome_line(outcome: Outcome, exit_code: Option<i32>, message: Option<&str>) -> String {
+    let code = match exit_code {
+        Some(code) => format!("exit code {code}"),
+        None => "no exit code".to_owned(),
+    };
+    let reason = message
+        .map(trap_reason)
+        .filter(|reason| !reason.is_empty())
+        .map_or(String::new(), |reason| {
+            format!(": {}", crate::render::escape_for_terminal(&reason))
+        });
+    let hint = match outcome {
+        Outcome::OutOfFuel => " (the deterministic CPU limit; raise it with --fuel N)",
+        Outcome::Timeout => " (the wall-clock limit; raise it with --timeout DUR)",
+        Outcome::Memory => " (the memory limit; raise it with --memory SIZE)",
+        Outcome::Quota => " (the workspace is full; delete files with `sandlog files rm`)",
+        _ => "",
+    };
+    format!(
+        "sandlog: exec failed: outcome {}, {code}{reason}{hint}",
+        outcome.as_str()
+    )
+}
+
+/// A trap message without wasmtime's backtrace: the lines that say what
+/// happened (`wasm trap: all fuel consumed`), not where in python.wasm.
+fn trap_reason(message: &str) -> String {
+    let mut reasons: Vec<&str> = Vec::new();
+    for line in message.lines() {
+        let line = line.trim();
+        let is_frame = line.split_once(':').is_some_and(|(index, _)| {
+            !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+        });
+        let is_noise = line.is_empty()
+            || is_frame
+            || line.contains("wasm backtrace")
+            || line.starts_with("note:")
+            || line.starts_with("Caused by")
+            || line.starts_with("at ")
+            || line.starts_with("0x");
+        if !is_noise && !reasons.contains(&line) {
+            reasons.push(line);
+        }
+    }
+    reasons.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    /// A trap message keeps its reason and loses the backtrace frames.
+    #[test]
+    fn trap_reason_drops_the_backtrace() {
+        let message = "error while executing at wasm backtrace:\n    0: 0x1a2b - python.wasm!_PyEval_EvalFrameDefault\n    1: 0x3c4d - python.wasm!main\nnote: using the `WASMTIME_BACKTRACE_DETAILS=1` environment variable may show more debugging information\n\nCaused by:\n    wasm trap: all fuel consumed by WebAssembly";
+        assert_eq!(
+            super::trap_reason(message),
+            "wasm trap: all fuel consumed by WebAssembly"
+        );
+        assert_eq!(super::trap_reason("quota exceeded"), "quota exceeded");
+    }
 }

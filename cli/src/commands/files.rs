@@ -15,7 +15,7 @@ use crate::render;
 pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8, CliError> {
     match command {
         FilesCommand::Ls { id, pattern, tree } => {
-            let files = engine.list_files(super::session_id(&id)?, pattern.as_deref())?;
+            let files = engine.list_files(super::session_id(engine, &id)?, pattern.as_deref())?;
             if tree {
                 let tree = file_tree(&files);
                 if output.json {
@@ -34,7 +34,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                     table.add_row(vec![
                         render::escaped(&file.path),
                         format_size(file.size),
-                        render::short_hash(&file.blake3.to_hex()).to_owned(),
+                        render::hash(output, &file.blake3.to_hex()),
                         file.updated_at.to_string(),
                     ]);
                 }
@@ -42,8 +42,10 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             }
         }
         FilesCommand::Cat { id, path, at: None } => {
-            let bytes =
-                engine.read_file(super::session_id(&id)?, &super::workspace_path(&path)?)?;
+            let bytes = engine.read_file(
+                super::session_id(engine, &id)?,
+                &super::workspace_path(&path)?,
+            )?;
             let mut stdout = std::io::stdout().lock();
             match stdout.write_all(&bytes) {
                 Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
@@ -60,7 +62,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             path,
             at: Some(at),
         } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             let path = super::workspace_path(&path)?;
             let cut = super::forensics::parse_cut(engine, &at)?;
             // Streamed a chunk at a time: a past file is never loaded whole.
@@ -69,7 +71,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             stdout.finish()?;
         }
         FilesCommand::Restore { id, at, to } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             let cut = super::forensics::parse_cut(engine, &at)?;
             let report = engine.restore(session_id, cut, &to)?;
             if output.json {
@@ -103,7 +105,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             stdin,
             overwrite,
         } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             let path = super::workspace_path(&path)?;
             // Streamed: the engine copies the input in bounded chunks and
             // stops at the workspace quota, so `--from /dev/zero` fails
@@ -146,7 +148,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             recursive,
         } => {
             let deleted = engine.delete_file(
-                super::session_id(&id)?,
+                super::session_id(engine, &id)?,
                 &super::workspace_path(&path)?,
                 recursive,
             )?;

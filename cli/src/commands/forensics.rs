@@ -13,58 +13,205 @@ use crate::exit::{CliError, usage};
 use crate::output::{self, Output};
 use crate::render;
 
-fn timestamp(text: Option<&str>) -> Result<Option<Timestamp>, CliError> {
-    text.map(Timestamp::parse).transpose().map_err(usage)
+/// Parses a time flag: an RFC 3339 time, or a duration meaning that long
+/// ago by the engine's clock (`--since 10m`).
+fn time_flag(
+    engine: &Engine,
+    flag: &str,
+    text: Option<&str>,
+) -> Result<Option<Timestamp>, CliError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    if let Ok(time) = Timestamp::parse(text) {
+        return Ok(Some(time));
+    }
+    if let Ok(ago) = sandlog_runtime::core::human::parse_duration(text) {
+        return Ok(Some(engine.clock().now().saturating_sub(ago)));
+    }
+    Err(CliError::Usage {
+        kind: "invalid_time",
+        message: format!(
+            "{flag} {text:?}: expected an RFC 3339 time (`2026-01-31T12:00:00Z`) or a duration \
+             meaning that long ago (`90s`, `10m`, `2h`, `7d`)"
+        ),
+    })
 }
+
+/// How long `log --follow` sleeps between looks for new events: short
+/// enough to feel live, long enough to cost nothing while idle.
+const FOLLOW_POLL_MS: u64 = 200;
 
 pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliError> {
     let stream = args
         .session
         .as_deref()
-        .map(super::session_id)
+        .map(|id| super::session_id(engine, id))
         .transpose()?
         .map(StreamId::Session);
-    let filter = LogFilter {
+    let mut filter = LogFilter {
         stream,
         kinds: args.kinds,
-        since: timestamp(args.since.as_deref())?,
-        until: timestamp(args.until.as_deref())?,
+        since: time_flag(engine, "--since", args.since.as_deref())?,
+        until: time_flag(engine, "--until", args.until.as_deref())?,
         from: args.from.map(Position),
         to: None,
         limit: args.limit,
     };
-    let mut table = (!output.json).then(|| {
-        render::table(
-            output,
-            &["pos", "recorded", "stream", "kind", "what", "hash"],
-        )
-    });
-    for envelope in engine.store().query(filter) {
+    let unfiltered = filter.stream.is_none()
+        && filter.kinds.is_empty()
+        && filter.since.is_none()
+        && filter.until.is_none();
+    if let (Some(tail), true) = (args.tail, unfiltered) {
+        // Every position holds an event: the newest N start at head - N + 1.
+        let head = engine
+            .store()
+            .head()
+            .map_err(sandlog_runtime::RuntimeError::from)?;
+        let first = head.position.0.saturating_sub(tail).saturating_add(1);
+        filter.from = Some(Position(first.max(filter.from.map_or(0, |from| from.0))));
+    }
+    let mut envelopes = Vec::new();
+    let mut newest: Option<Position> = None;
+    for envelope in engine.store().query(filter.clone()) {
         let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
-        match &mut table {
-            None => {
-                let line = serde_json::to_string(&envelope).map_err(|error| CliError::Io {
-                    context: "encoding JSON".into(),
-                    source: std::io::Error::other(error),
-                })?;
-                output.line(&line)?;
-            }
-            Some(table) => {
-                table.add_row(vec![
-                    envelope.position.to_string(),
-                    envelope.recorded_at.to_string(),
-                    envelope.stream.to_string(),
-                    render::escaped(&envelope.kind),
-                    render::describe(&envelope),
-                    render::short_hash(&envelope.hash.to_hex()).to_owned(),
-                ]);
+        newest = Some(envelope.position);
+        envelopes.push(envelope);
+        if let Some(tail) = args.tail {
+            // Filtered: keep only the newest N seen so far.
+            let excess = envelopes
+                .len()
+                .saturating_sub(usize::try_from(tail).unwrap_or(usize::MAX));
+            if excess > 0 {
+                envelopes.drain(..excess);
             }
         }
     }
-    if let Some(table) = table {
-        output.line(&table.to_string())?;
+    if !args.follow {
+        if output.json {
+            for envelope in &envelopes {
+                if !log_json_line(output, envelope)? {
+                    return Ok(0);
+                }
+            }
+        } else {
+            let mut table = render::table(
+                output,
+                &["pos", "recorded", "stream", "kind", "actor", "what", "hash"],
+            );
+            for envelope in &envelopes {
+                table.add_row(log_row(output, envelope));
+            }
+            output.line(&table.to_string())?;
+        }
+        return Ok(0);
     }
-    Ok(0)
+    // Following: every event on its own line as it comes, so no column
+    // waits for the widest cell.
+    for envelope in &envelopes {
+        if !follow_line(output, envelope)? {
+            return Ok(0);
+        }
+    }
+    filter.limit = None;
+    let mut after = match newest {
+        Some(position) => position,
+        None => engine
+            .store()
+            .head()
+            .map_err(sandlog_runtime::RuntimeError::from)?
+            .position
+            .max(Position(
+                filter.from.map_or(0, |from| from.0.saturating_sub(1)),
+            )),
+    };
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(FOLLOW_POLL_MS));
+        if stdout_reader_gone() {
+            return Ok(0);
+        }
+        filter.from = Some(Position(after.0.saturating_add(1)));
+        for envelope in engine.store().query(filter.clone()) {
+            let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
+            after = envelope.position;
+            if !follow_line(output, &envelope)? {
+                return Ok(0);
+            }
+        }
+    }
+}
+
+/// Whether stdout is a pipe (or terminal) whose other end has gone: `poll`
+/// reports an error or hang-up on it. Lets `log --follow | head` end when
+/// `head` does, not only at the next event.
+fn stdout_reader_gone() -> bool {
+    let mut stdout = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // One descriptor we own the record of, and a zero timeout: poll only
+    // writes `revents` and returns at once.
+    #[expect(unsafe_code, reason = "poll on one pollfd we own")]
+    let ready = unsafe { libc::poll(&mut stdout, 1, 0) };
+    ready > 0 && (stdout.revents & (libc::POLLERR | libc::POLLHUP)) != 0
+}
+
+/// One envelope as a JSON line; false once stdout's reader has gone.
+fn log_json_line(
+    output: &Output,
+    envelope: &sandlog_runtime::core::Envelope,
+) -> Result<bool, CliError> {
+    let line = serde_json::to_string(envelope).map_err(|error| CliError::Io {
+        context: "encoding JSON".into(),
+        source: std::io::Error::other(error),
+    })?;
+    output.line_open(&line)
+}
+
+/// One envelope while following: a JSON line, or a human line with the
+/// table's columns at fixed widths.
+fn follow_line(
+    output: &Output,
+    envelope: &sandlog_runtime::core::Envelope,
+) -> Result<bool, CliError> {
+    if output.json {
+        return log_json_line(output, envelope);
+    }
+    let row = log_row(output, envelope);
+    let line = if output.tsv {
+        render::table(output, &[]).add_row(row).to_string()
+    } else {
+        let cell = |index: usize| row.get(index).map_or("", String::as_str);
+        format!(
+            "{:>6}  {}  {:<16}  {:<26}  {:<10}  {}  {}",
+            cell(0),
+            cell(1),
+            cell(2),
+            cell(3),
+            cell(4),
+            cell(5),
+            cell(6)
+        )
+    };
+    output.line_open(&line)
+}
+
+/// The cells of one event in `log`'s table.
+fn log_row(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Vec<String> {
+    let stream = match &envelope.stream {
+        StreamId::Session(session_id) => format!("session/{}", render::id(output, session_id)),
+        other => other.to_string(),
+    };
+    vec![
+        envelope.position.to_string(),
+        envelope.recorded_at.to_string(),
+        stream,
+        render::escaped(&envelope.kind),
+        render::escaped(&envelope.actor),
+        render::describe(envelope),
+        render::hash(output, &envelope.hash.to_hex()),
+    ]
 }
 
 /// Parses `--at POS|TIME`: an integer is a position; otherwise an RFC 3339
@@ -93,7 +240,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
         .position(engine.store())
         .map_err(sandlog_runtime::RuntimeError::from)?;
     if let Some(id) = args.session {
-        let session_id = super::session_id(&id)?;
+        let session_id = super::session_id(engine, &id)?;
         let session = replay::session_at(engine.store(), session_id, cut)
             .map_err(sandlog_runtime::RuntimeError::from)?;
         let Some(session) = session else {
@@ -109,6 +256,8 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             let mut document = super::session::session_document(&summary);
             if let Some(object) = document.as_object_mut() {
                 object.insert("as_of_position".into(), json!(position));
+                // `position`, as `files restore` names the same point.
+                object.insert("position".into(), json!(position));
                 object.insert("file_list".into(), json!(files));
             }
             output.json(&document)?;
@@ -120,7 +269,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
                 table.add_row(vec![
                     render::escaped(path),
                     format_size(file.size),
-                    render::short_hash(&file.blake3.to_hex()).to_owned(),
+                    render::hash(output, &file.blake3.to_hex()),
                     file.updated_at.to_string(),
                 ]);
             }
@@ -131,7 +280,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
     let bar = output.progress_bar("replaying");
     let state = replay::state_at_with_progress(engine.store(), cut, output::advance(&bar))
         .map_err(sandlog_runtime::RuntimeError::from)?;
-    bar.finish_and_clear();
+    bar.finish();
     let sessions: Vec<SessionSummary> = state.sessions.values().map(SessionSummary::from).collect();
     if output.json {
         let documents: Vec<_> = sessions
@@ -139,7 +288,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             .map(super::session::session_document)
             .collect();
         output.json(
-            &json!({"as_of_position": position, "sessions": documents, "cleanup": state.stats}),
+            &json!({"as_of_position": position, "position": position, "sessions": documents, "cleanup": state.stats}),
         )?;
     } else {
         output.line(&format!(
@@ -167,8 +316,11 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
         .transpose()
         .map_err(usage)?;
     let bar = output.progress_bar("verifying");
-    let result = engine.verify(digest, &|events| bar.set_position(events));
-    bar.finish_and_clear();
+    // The head bounds the events to check; a head that cannot be read
+    // is reported by `verify` itself, so the bar just stays hidden.
+    let total = engine.store().head().map_or(0, |head| head.position.0);
+    let result = engine.verify(digest, &|events| bar.update(events, total));
+    bar.finish();
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) if error.is_integrity() => {

@@ -19,7 +19,7 @@ use sandlog_runtime::core::{SessionId, WorkspacePath};
 use sandlog_runtime::{Engine, EngineOptions};
 
 use crate::args::{Cli, Command, EvidenceCommand};
-use crate::exit::{CliError, usage};
+use crate::exit::CliError;
 use crate::output::Output;
 
 /// Runs the command; returns the exit code for success paths (0, or 5 for
@@ -30,6 +30,10 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Init(args) => misc::init(&root, args.reset_log, output),
         Command::Completions(args) => misc::completions(args.shell),
         Command::Man => misc::man(),
+        Command::HelpMarkdown => {
+            output.line(crate::reference::markdown().trim_end())?;
+            Ok(0)
+        }
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
         Command::Demo => demo::demo(&root, output),
         Command::Keygen(args) => proofs::keygen(args, output),
@@ -64,6 +68,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man
+                | Command::HelpMarkdown
                 | Command::Adopt(_)
                 | Command::Keygen(_)
                 | Command::Demo => Ok(0),
@@ -72,13 +77,54 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
     }
 }
 
-/// The actor recorded for CLI commands: `cli:<user>`.
-pub fn actor() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!("cli:{user}")
+/// Who acts, recorded on every event a command appends: `--actor`, else
+/// `$SANDLOG_ACTOR`, else the OS user name (`$USER`, else `$LOGNAME`, else
+/// the name the password database gives the uid), else `uid:<n>` for a
+/// uid without a name. Never "unknown": an event must say who did it.
+pub fn actor(flag: Option<&str>) -> String {
+    let named = |value: Option<String>| value.filter(|name| !name.trim().is_empty());
+    named(flag.map(str::to_owned))
+        .or_else(|| named(std::env::var("SANDLOG_ACTOR").ok()))
+        .or_else(|| named(std::env::var("USER").ok()))
+        .or_else(|| named(std::env::var("LOGNAME").ok()))
+        .unwrap_or_else(os_user_name)
 }
+
+/// The password database's name for this process's uid, else `uid:<n>`.
+fn os_user_name() -> String {
+    #[expect(unsafe_code, reason = "getuid has no preconditions")]
+    let uid = unsafe { libc::getuid() };
+    let mut entry = std::mem::MaybeUninit::<libc::passwd>::uninit();
+    let mut buffer = vec![0 as libc::c_char; PASSWD_BUFFER_BYTES];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // getpwuid_r writes the entry into `entry` and its strings into
+    // `buffer`, both ours and alive for the call; `found` is null unless
+    // an entry was written.
+    #[expect(unsafe_code, reason = "getpwuid_r fills buffers we own")]
+    let status = unsafe {
+        libc::getpwuid_r(
+            uid,
+            entry.as_mut_ptr(),
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if status == 0 && !found.is_null() {
+        // `found` points at `entry`, whose `pw_name` points into `buffer`
+        // as a NUL-terminated string.
+        #[expect(unsafe_code, reason = "pw_name is a C string in our buffer")]
+        let name = unsafe { std::ffi::CStr::from_ptr((*found).pw_name) };
+        let name = name.to_string_lossy();
+        if !name.is_empty() {
+            return name.into_owned();
+        }
+    }
+    format!("uid:{uid}")
+}
+
+/// Bytes for the strings of one password entry (name, home, shell, …).
+const PASSWD_BUFFER_BYTES: usize = 4096;
 
 /// Opens the engine on an existing root (never creates one: a missing
 /// directory or one without a root is "not found", exit 3).
@@ -92,7 +138,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
     Ok(Engine::open(
         root,
         EngineOptions {
-            actor: actor(),
+            actor: output.actor.clone(),
             create,
             on_compile: output.compile_observer(),
             ..EngineOptions::default()
@@ -100,10 +146,72 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
     )?)
 }
 
-/// Parses a session id (malformed: usage error, exit 2).
-pub fn session_id(text: &str) -> Result<SessionId, CliError> {
-    SessionId::parse(text).map_err(usage)
+/// Resolves a session id: the full UUID, or any unique prefix of one
+/// (as `git` takes commit ids). A prefix that matches no session is "not
+/// found" (exit 3); one that matches several is a usage error (exit 2)
+/// listing them; text that cannot begin a UUID is a usage error.
+pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
+    if let Ok(session_id) = SessionId::parse(text) {
+        return Ok(session_id);
+    }
+    let prefix = text.to_ascii_lowercase();
+    let could_be_prefix = !prefix.is_empty()
+        && prefix.len() < SESSION_ID_CHARS
+        && prefix
+            .chars()
+            .all(|character| character.is_ascii_hexdigit() || character == '-');
+    if !could_be_prefix {
+        return Err(CliError::Usage {
+            kind: "invalid_session_id",
+            message: format!(
+                "invalid session id {text:?}: give a session's UUID or a unique prefix of it \
+                 (hex digits, such as 84233c86); `sandlog session list` shows them"
+            ),
+        });
+    }
+    let matching: Vec<SessionId> = engine
+        .sessions(None)?
+        .into_iter()
+        .map(|session| session.session_id)
+        .filter(|session_id| session_id.to_string().starts_with(&prefix))
+        .collect();
+    match matching.as_slice() {
+        [session_id] => Ok(*session_id),
+        [] => Err(CliError::NotFound {
+            kind: "not_found",
+            message: format!(
+                "no session id starts with {text:?} (`sandlog session list` shows the sessions)"
+            ),
+        }),
+        several => {
+            let shown: Vec<String> = several
+                .iter()
+                .take(AMBIGUOUS_SHOWN_MAX)
+                .map(ToString::to_string)
+                .collect();
+            let more = several.len().saturating_sub(AMBIGUOUS_SHOWN_MAX);
+            Err(CliError::Usage {
+                kind: "ambiguous_id",
+                message: format!(
+                    "{text:?} is the start of {} session ids: {}{}; give more of the id",
+                    several.len(),
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ),
+            })
+        }
+    }
 }
+
+/// Characters of a hyphenated UUID.
+const SESSION_ID_CHARS: usize = 36;
+
+/// Candidates an ambiguous-prefix error names.
+const AMBIGUOUS_SHOWN_MAX: usize = 10;
 
 /// Parses a workspace path (refused: usage error, exit 2, naming the
 /// reason).

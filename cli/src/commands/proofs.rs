@@ -150,7 +150,7 @@ pub fn evidence(
             let Some(engine) = engine else {
                 return Ok(0);
             };
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             let key = signer(key.as_deref())?;
             let bundle = engine.export_bundle(session_id, key.as_ref())?;
             let bytes = serde_json::to_vec(&bundle).map_err(|error| CliError::Io {

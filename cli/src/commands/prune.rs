@@ -11,8 +11,23 @@ use crate::output::Output;
 use crate::render;
 
 pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, CliError> {
+    if args.older_than.is_none() && args.max_sessions.is_none() && args.max_bytes.is_none() {
+        return Err(CliError::Usage {
+            kind: "usage",
+            message: "say what to prune: --older-than DUR (idle sessions), --max-sessions N or \
+                      --max-bytes SIZE (the oldest beyond a cap); --max-deletions only caps a run"
+                .into(),
+        });
+    }
     let policy = PrunePolicy {
-        older_than: parse_duration(&args.older_than).map_err(usage)?,
+        // No age given: age selects nothing, the caps select alone.
+        older_than: args
+            .older_than
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(usage)?
+            .unwrap_or(std::time::Duration::MAX),
         max_deletions: args.max_deletions,
         max_sessions: args.max_sessions,
         max_total_bytes: args
@@ -25,7 +40,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
     let bar = output.progress_bar("pruning");
     let progress = crate::output::advance(&bar);
     let report = engine.prune(&policy, args.dry_run, &progress)?;
-    bar.finish_and_clear();
+    bar.finish();
     if output.json {
         output.json(&json!({
             "deleted_sessions": report.deleted_sessions,
@@ -63,11 +78,11 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
                     output.good("deleted")
                 };
                 table.add_row(vec![
-                    candidate.session_id.to_string(),
+                    render::id(output, &candidate.session_id),
                     format_duration(candidate.age()),
                     candidate.updated_at.to_string(),
                     format_size(candidate.bytes),
-                    format!("{:?}", candidate.selected_by).to_lowercase(),
+                    selected_by_flag(candidate.selected_by).to_owned(),
                     result,
                 ]);
             }
@@ -101,7 +116,7 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
     let bar = output.progress_bar("reconciling");
     let progress = crate::output::advance(&bar);
     let report = engine.reconcile(&options, &progress)?;
-    bar.finish_and_clear();
+    bar.finish();
     if output.json {
         output.json(&json!({
             "actions": report.actions,
@@ -115,35 +130,113 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
             "failed_intents": report.failed_intents,
         }))?;
     } else {
-        for failed in &report.failed_intents {
-            output.line(&output.bad(&render::escaped(format!(
-                "session {}: the pending {} intent keeps failing: {}",
-                failed.session_id, failed.intent, failed.error
-            ))))?;
+        for line in reconcile_summary(output, &report, options.purge_orphans) {
+            output.line(&line)?;
         }
-        for action in &report.actions {
-            output.line(&render::escape_for_terminal(
-                &serde_json::to_string(action).unwrap_or_default(),
-            ))?;
-        }
-        output.line(&format!(
-            "{} actions: {} intents finished, {} orphans {}, {} drift reports, {} errors{}",
-            report.actions.len(),
+    }
+    // Drift (a workspace that differs from the log, or a directory the log
+    // does not account for) is an integrity finding, like `verify`'s.
+    let drift_found = !report.drift.is_empty() || !report.orphans.is_empty();
+    Ok(if drift_found {
+        crate::exit::EXIT_INTEGRITY
+    } else if report.errors.is_empty() {
+        0
+    } else {
+        crate::exit::EXIT_FAILURE
+    })
+}
+
+/// What `reconcile` did, for a person: one line per finding, then a
+/// summary line.
+fn reconcile_summary(
+    output: &Output,
+    report: &sandlog_runtime::ReconcileReport,
+    purge_orphans: bool,
+) -> Vec<String> {
+    use sandlog_runtime::applier::plan::Action;
+    let dry = report.dry_run;
+    let mut lines = Vec::new();
+    for action in &report.actions {
+        let line = match action {
+            Action::FinishIntent { session_id, intent } => format!(
+                "session {}: {} the pending {} intent",
+                render::id(output, session_id),
+                if dry { "would finish" } else { "finished" },
+                render::escaped(format!("{intent:?}").to_lowercase())
+            ),
+            Action::Orphan { dir_name, known } => format!(
+                "orphan directory {} ({}): {}",
+                render::id(output, dir_name),
+                if *known {
+                    "its session was pruned or deleted"
+                } else {
+                    "the log never had this session"
+                },
+                match (dry, purge_orphans) {
+                    (true, true) => "would be purged",
+                    (true, false) => "would be moved to quarantine/",
+                    (false, true) => "purged",
+                    (false, false) => "moved to quarantine/",
+                }
+            ),
+            Action::RecordDrift { session_id, drift } => {
+                let items: Vec<String> = drift.iter().map(render::describe_drift).collect();
+                format!(
+                    "drift in session {}: {}{}",
+                    render::id(output, session_id),
+                    render::escaped(items.join("; ")),
+                    if dry { " (not recorded: dry run)" } else { "" }
+                )
+            }
+        };
+        lines.push(line);
+    }
+    for failed in &report.failed_intents {
+        lines.push(output.bad(&render::escaped(format!(
+            "session {}: the pending {} intent keeps failing: {}",
+            render::id(output, &failed.session_id),
+            failed.intent,
+            failed.error
+        ))));
+    }
+    for (what, error) in &report.errors {
+        lines.push(output.bad(&render::escaped(format!("error: {what}: {error}"))));
+    }
+    let findings = report.drift.len() + report.orphans.len();
+    lines.push(if report.actions.is_empty() && report.errors.is_empty() {
+        format!(
+            "the disk matches the log{}",
+            if dry { " (dry run)" } else { "" }
+        )
+    } else {
+        format!(
+            "{} intents finished, {} orphans {}, {} sessions with drift, {} errors{}{}",
             report.intents_finished,
             report.orphans.len(),
-            if options.purge_orphans {
+            if purge_orphans {
                 "purged"
             } else {
                 "quarantined"
             },
             report.drift.len(),
             report.errors.len(),
-            if report.dry_run { " (dry run)" } else { "" }
-        ))?;
+            if dry { " (dry run)" } else { "" },
+            if findings > 0 {
+                "; drift found: exit 4 (`sandlog log --kind 'workspace.*'` lists what was recorded)"
+            } else {
+                ""
+            }
+        )
+    });
+    lines
+}
+
+/// The flag whose rule selected a candidate, for the prune table.
+fn selected_by_flag(selected_by: sandlog_runtime::projections::prune::SelectedBy) -> &'static str {
+    use sandlog_runtime::projections::prune::SelectedBy;
+    match selected_by {
+        SelectedBy::Age => "--older-than",
+        SelectedBy::MaxSessions => "--max-sessions",
+        SelectedBy::MaxTotalBytes => "--max-bytes",
     }
-    Ok(if report.errors.is_empty() {
-        0
-    } else {
-        crate::exit::EXIT_FAILURE
-    })
 }

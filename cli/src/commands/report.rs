@@ -14,7 +14,7 @@ use sandlog_runtime::Engine;
 /// Writes the report beside FILE, then renames it into place, so FILE is
 /// never a half-written report.
 pub fn report(engine: &Engine, args: ReportArgs, output: &Output) -> Result<u8, CliError> {
-    let session_id = super::session_id(&args.id)?;
+    let session_id = super::session_id(engine, &args.id)?;
     let path = args.output.as_path();
     let io = |what: &str| {
         let context = format!("{what} {}", path.display());

@@ -26,7 +26,7 @@ pub fn blob(engine: &Engine, command: BlobCommand) -> Result<u8, CliError> {
 }
 
 pub fn erase(engine: &Engine, args: EraseArgs, output: &Output) -> Result<u8, CliError> {
-    let session_id = super::session_id(&args.id)?;
+    let session_id = super::session_id(engine, &args.id)?;
     let path = args
         .path
         .as_deref()

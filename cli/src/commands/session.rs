@@ -64,7 +64,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Show { id } => {
-            let session = engine.session(super::session_id(&id)?)?;
+            let session = engine.session(super::session_id(engine, &id)?)?;
             if output.json {
                 output.json(&session_document(&session))?;
             } else {
@@ -125,7 +125,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Timeline { id } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             let events = engine.session_events(session_id)?;
             // Each execution's code and output, a short excerpt each, by
             // the position of its `session.executed` event.
@@ -187,7 +187,8 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
         SessionCommand::Delete { id, reason, wait } => {
             let wait =
                 sandlog_runtime::core::human::parse_duration(&wait).map_err(crate::exit::usage)?;
-            let report = engine.delete_session_waiting(super::session_id(&id)?, &reason, wait)?;
+            let report =
+                engine.delete_session_waiting(super::session_id(engine, &id)?, &reason, wait)?;
             if output.json {
                 output.json(&json!({"session_id": report.session_id, "reclaimed_bytes": report.reclaimed_bytes}))?;
             } else {
@@ -199,7 +200,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Fork { id, at, labels } => {
-            let origin = super::session_id(&id)?;
+            let origin = super::session_id(engine, &id)?;
             let cut = super::forensics::parse_cut(engine, &at)?;
             let report = engine.fork(origin, cut, labels.into_iter().collect())?;
             if output.json {
@@ -227,7 +228,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Hold { id, reason } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             engine.hold(session_id, &reason)?;
             if output.json {
                 output.json(&json!({"session_id": session_id, "held": true}))?;
@@ -238,7 +239,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Release { id, reason } => {
-            let session_id = super::session_id(&id)?;
+            let session_id = super::session_id(engine, &id)?;
             engine.release(session_id, reason.as_deref())?;
             if output.json {
                 output.json(&json!({"session_id": session_id, "held": false}))?;

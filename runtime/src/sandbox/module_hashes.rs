@@ -1,6 +1,6 @@
 //! The blake3 of each module file, remembered across processes so that
-//! opening an engine does not re-read and re-hash `python.wasm` (26 MB,
-//! about half of a first load's cost) when the file has not changed.
+//! opening an engine does not re-read and re-hash `python.wasm` (tens of
+//! megabytes, a large part of a first load's cost) when the file has not changed.
 //!
 //! ```text
 //! <cache_dir>/module-hashes/<blake3 of the path, hex>.json

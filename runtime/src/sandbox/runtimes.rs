@@ -13,7 +13,7 @@ use super::wasi::WORKSPACE_GUEST_PATH;
 /// `python.wasm` arguments that run `code` with `/app` as the current
 /// directory.
 ///
-/// `-S` skips importing `site`: it saves ~5 ms per run, and the sandboxed
+/// `-S` skips importing `site`: that import is work on every run, and the sandboxed
 /// CPython has no site-packages to find anyway (the standard library is
 /// inside the module; vendored packages come through `PYTHONPATH` and a
 /// read-only mount). `-I` is *not* used: it would drop `''` from
@@ -25,9 +25,8 @@ pub fn python_args(code: &str) -> Vec<String> {
     // `sys.argv == ['-c']` as for a plain `-c`) in `__main__`'s namespace,
     // binding no helper names. Tracebacks name it `<string>`, as for `-c`.
     // Both modules are built in and already loaded, so the prelude is free:
-    // `os` is not (with `-S`) and importing it costs ~30 M fuel (~10 ms), and
-    // the `compile()` builtin costs ~50 M fuel where `exec(str)` costs none
-    // (measured).
+    // `os` is not (with `-S`) and importing it costs real fuel on every
+    // run, as does the `compile()` builtin, where `exec(str)` costs none.
     let prelude = format!(
         "__import__('posix').chdir({WORKSPACE_GUEST_PATH:?});exec(__import__('sys').argv.pop(1))"
     );
