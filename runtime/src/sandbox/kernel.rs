@@ -634,9 +634,7 @@ fn iovecs(memory: &[u8], iovs: i32, iovs_len: i32) -> Option<Vec<(usize, usize)>
         let entry = memory.get(at..at.checked_add(8)?)?;
         let base = u32::from_le_bytes(entry.get(0..4)?.try_into().ok()?) as usize;
         let len = u32::from_le_bytes(entry.get(4..8)?.try_into().ok()?) as usize;
-        if memory.get(base..base.checked_add(len)?).is_none() {
-            return None;
-        }
+        memory.get(base..base.checked_add(len)?)?;
         out.push((base, len));
     }
     Some(out)
@@ -705,8 +703,15 @@ pub(crate) fn kernel_fd_read(
         if take == 0 {
             break;
         }
-        bytes[base..base + take]
-            .copy_from_slice(&kernel.pending[kernel.offset..kernel.offset + take]);
+        // Both ranges are in bounds: `iovecs` checked the guest's, and
+        // `take` is at most what is left of the frame.
+        let (Some(to), Some(from)) = (
+            bytes.get_mut(base..base + take),
+            kernel.pending.get(kernel.offset..kernel.offset + take),
+        ) else {
+            return Ok(ERRNO_FAULT);
+        };
+        to.copy_from_slice(from);
         kernel.offset += take;
         total += take;
     }
@@ -751,8 +756,10 @@ pub(crate) fn kernel_fd_write(
     let mut total: usize = 0;
     for (base, len) in vectors {
         total = total.saturating_add(len);
-        if status.len() + len <= STATUS_BYTES_MAX {
-            status.extend_from_slice(&bytes[base..base + len]);
+        if status.len() + len <= STATUS_BYTES_MAX
+            && let Some(part) = bytes.get(base..base + len)
+        {
+            status.extend_from_slice(part);
         }
     }
     if total > STATUS_BYTES_MAX {
