@@ -239,10 +239,12 @@ impl KernelPool {
             dropped.extend(self.take_idle(session_id, "the session is no longer active"));
         }
         self.finish(engine, dropped);
-        let execution = result?;
+        // Recorded even when the execution could not be: the kernel is gone
+        // either way, and the next execution's `state_lost` names it.
         if let Some(restarted) = notes.restarted {
             record(engine, session_id, &Event::KernelRestarted(restarted));
         }
+        let execution = result?;
         Ok(WarmExecution {
             execution,
             warm: notes.warm,
