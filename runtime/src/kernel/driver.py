@@ -15,7 +15,6 @@ posix.chdir('/app')
 
 def _sandlog_kernel():
     import io
-    import traceback
 
     read = posix.read
     write = posix.write
@@ -65,6 +64,9 @@ def _sandlog_kernel():
         except BaseException as error:
             status = 1
             try:
+                # Imported on the first exception, not at start: it pulls in
+                # a dozen modules a kernel that never fails does not need.
+                import traceback
                 traceback.print_exception(type(error), error, error.__traceback__.tb_next)
             except BaseException:
                 pass
