@@ -267,6 +267,33 @@ fn the_least_recently_used_kernel_is_evicted_at_the_cap() -> TestResult {
     Ok(())
 }
 
+/// Goal: past the total memory bound, the least recently used idle
+/// kernels are evicted and the one just used stays. Method: a bound below
+/// one kernel's memory; sessions a then b.
+#[test]
+fn kernels_past_the_memory_total_are_evicted() -> TestResult {
+    let root = TestRoot::new()?;
+    let pool = KernelPool::new(KernelLimits {
+        memory_total_max: 1024 * 1024,
+        ..KernelLimits::default()
+    });
+    let a = root.engine.create_session(BTreeMap::new())?.session_id;
+    let b = root.engine.create_session(BTreeMap::new())?.session_id;
+    run(&pool, &root, a, "v = 'a'");
+    assert!(pool.has_kernel(a), "the kernel just used is kept");
+    run(&pool, &root, b, "v = 'b'");
+    assert!(pool.has_kernel(b) && !pool.has_kernel(a));
+    let evicted = kernel_events(&root, a);
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert!(
+        evicted[0].1.contains("KERNEL_MEMORY_TOTAL_MAX"),
+        "{}",
+        evicted[0].1
+    );
+    assert!(run(&pool, &root, b, "print(v)").warm);
+    Ok(())
+}
+
 /// Goal: the guest cannot end an execution early, or smuggle output into
 /// the next one, by writing the driver's status or a frame-like header
 /// anywhere. Method: code that writes the status to fd 0 and fd 1 and a

@@ -320,9 +320,11 @@ impl KernelPool {
                 entry.executions = executions;
                 entry.memory_bytes = ran.memory_bytes;
             }
+            // The kernel just used stays: alone, it is bounded by the
+            // execution's own memory limit.
             notes
                 .dropped
-                .extend(self.evict_for_memory(&mut state, None));
+                .extend(self.evict_for_memory(&mut state, Some(session_id)));
         } else {
             let entry = state.entries.remove(&session_id);
             let reason = match (&ran.ended, state.closed) {
