@@ -294,6 +294,48 @@ fn kernels_past_the_memory_total_are_evicted() -> TestResult {
     Ok(())
 }
 
+/// Goal: one pool serves many sessions from many threads at once (as a
+/// server does): every execution is recorded once, each session's state
+/// is its own, and the log verifies. Method: 4 threads, a session each, 10
+/// executions each counting in a session variable.
+#[test]
+fn concurrent_sessions_share_one_pool() -> TestResult {
+    let root = TestRoot::new()?;
+    let pool = KernelPool::new(KernelLimits::default());
+    let sessions: Vec<SessionId> = (0..4)
+        .map(|_| {
+            root.engine
+                .create_session(BTreeMap::new())
+                .map(|s| s.session_id)
+        })
+        .collect::<Result<_, _>>()?;
+    std::thread::scope(|scope| {
+        for (index, id) in sessions.iter().enumerate() {
+            let (pool, root) = (&pool, &root);
+            scope.spawn(move || {
+                run(pool, root, *id, &format!("n = {index} * 100"));
+                for _ in 0..10 {
+                    let ran = run(pool, root, *id, "n += 1");
+                    assert_eq!(ran.execution.outcome, Outcome::Ok);
+                    assert!(ran.warm);
+                }
+                let total = run(pool, root, *id, "print(n)");
+                assert_eq!(
+                    total.execution.stdout,
+                    format!("{}\n", index * 100 + 10).into_bytes()
+                );
+            });
+        }
+    });
+    for id in &sessions {
+        assert_eq!(warm_flags(&root, *id).len(), 12);
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.kernels, stats.busy, stats.kernel_starts), (4, 0, 4));
+    assert_verifies(&root);
+    Ok(())
+}
+
 /// Goal: the guest cannot end an execution early, or smuggle output into
 /// the next one, by writing the driver's status or a frame-like header
 /// anywhere. Method: code that writes the status to fd 0 and fd 1 and a
