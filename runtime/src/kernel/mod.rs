@@ -111,7 +111,7 @@ pub struct KernelStats {
 }
 
 /// One warm (or cold) execution's result.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct WarmExecution {
     /// What the engine recorded.
     pub execution: Execution,
