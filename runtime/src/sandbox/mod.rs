@@ -27,6 +27,8 @@
 //!   [`LoadedModule`].
 //! * `limits.rs`: every limit constant, [`ExecLimits`], the memory limiter.
 //! * `run.rs`: one run and the [`Outcome`] classification.
+//! * `kernel.rs`: a [`Kernel`], one guest kept alive on its own thread and
+//!   fed code frames through fd 0, each under its own limits.
 //! * `wasi.rs`: the guest's WASI context (`/app`, mounts, stdio, env).
 //! * `output.rs`: capped stdout/stderr capture.
 //! * `poll.rs`: the sleep guard that keeps `poll_oneoff` within the timeout.

@@ -140,7 +140,7 @@ pub(crate) struct Host {
     pub(crate) guest_clock: GuestMonotonicClock,
     /// wasmtime-wasi's `poll_oneoff`, which the sleep guard delegates to.
     pub(crate) inner_poll_oneoff: Option<PollOneoff>,
-    pub(crate) quota: QuotaWatch,
+    quota: QuotaWatch,
     /// A warm kernel's side of stdin (`None` for a one-shot run).
     pub(crate) kernel: Option<Box<super::kernel::KernelIo>>,
 }
