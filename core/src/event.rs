@@ -206,6 +206,11 @@ pub struct SessionExecuted {
     /// evidence was kept: only the code was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<ExecEvidence>,
+    /// Whether it ran in a warm session kernel: `Some(true)` in one that
+    /// had run earlier executions, `Some(false)` in one started for it;
+    /// absent for a one-shot run (and in events recorded before kernels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<bool>,
 }
 
 /// A bound of the host's work after a run, past which not everything the
@@ -614,6 +619,30 @@ pub struct RootConfigured {
     pub value: Option<String>,
 }
 
+/// `kernel.restarted`: a session's warm kernel was dropped after an
+/// execution that ended it (a limit, a trap, a broken protocol); the
+/// session's next execution starts a fresh kernel, without the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelRestarted {
+    /// Why the kernel ended.
+    pub reason: String,
+    /// Executions the kernel ran, the last included.
+    pub executions: u64,
+}
+
+/// `kernel.evicted`: a session's idle warm kernel was dropped by the host
+/// (kernel cap, memory total, idle timeout, shutdown, the session ending);
+/// the next execution starts a fresh kernel, without the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelEvicted {
+    /// Why it was dropped.
+    pub reason: String,
+    /// Executions the kernel ran.
+    pub executions: u64,
+    /// Its linear memory, bytes.
+    pub memory_bytes: u64,
+}
+
 macro_rules! events {
     ($($variant:ident($payload:ident) = $kind:literal, schema $schema:literal;)*) => {
         /// A typed event.
@@ -695,6 +724,8 @@ events! {
     SessionForked(SessionForked) = "session.forked", schema 1;
     EvidenceErased(EvidenceErased) = "evidence.erased", schema 1;
     RootConfigured(RootConfigured) = "root.configured", schema 1;
+    KernelRestarted(KernelRestarted) = "kernel.restarted", schema 1;
+    KernelEvicted(KernelEvicted) = "kernel.evicted", schema 1;
 }
 
 /// Serialises a payload struct.

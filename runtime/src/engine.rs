@@ -29,8 +29,8 @@ use crate::anchor;
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{
-    self, CompileObserver, ExecLimits, LoadedModule, ModuleOrigin, ReadonlyMount, RunRequest,
-    Sandbox, SandboxError,
+    self, CompileObserver, ExecLimits, LoadedModule, ModuleOrigin, ReadonlyMount, RunReport,
+    RunRequest, Sandbox, SandboxError,
 };
 use crate::workspace::{ScanLimits, Workspace, fsync_dir};
 
@@ -304,6 +304,17 @@ fn lossy<S: serde::Serializer>(
     serializer: S,
 ) -> std::result::Result<S::Ok, S::Error> {
     serializer.serialize_str(&String::from_utf8_lossy(bytes))
+}
+
+/// What [`Engine::execute_with`] hands the code that runs the guest.
+pub(crate) struct RunContext<'a> {
+    /// The engine's sandbox.
+    pub(crate) sandbox: &'a Sandbox,
+    /// The guest's module.
+    pub(crate) module: &'a LoadedModule,
+    /// The one-shot run of the request: workspace, args, env, mounts and
+    /// the execution's limits.
+    pub(crate) request: RunRequest<'a>,
 }
 
 /// The engine over one root. `Send + Sync`.
@@ -711,6 +722,23 @@ impl Engine {
     /// appended in one batch, expecting the version read before the run (a
     /// prune intent that landed meanwhile wins; see P7).
     pub fn execute(&self, session_id: SessionId, request: &ExecRequest) -> Result<Execution> {
+        self.execute_with(session_id, request, |run| {
+            Ok((run.sandbox.run(run.module, run.request)?, None))
+        })
+    }
+
+    /// [`Engine::execute`] with the run itself left to `run`: the checks,
+    /// the session lock, the lease, the scans, the recording and the
+    /// evidence are the same for every way of running the guest (one-shot
+    /// here, a warm kernel in [`crate::kernel`]). `run` gets the one-shot
+    /// request and returns the report, and whether the guest ran in a warm
+    /// kernel (`None`: one-shot), which `session.executed` records.
+    pub(crate) fn execute_with(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        run: impl FnOnce(RunContext<'_>) -> Result<(RunReport, Option<bool>)>,
+    ) -> Result<Execution> {
         if request.code.len() > CODE_BYTES_MAX {
             return Err(RuntimeError::CodeTooLarge {
                 size: request.code.len(),
@@ -736,13 +764,17 @@ impl Engine {
         let before = workspace.scan_bounded(&scan_limits)?.files;
         let budget = self.evidence_budget(request.limits.evidence_bytes)?;
 
-        let mut run = RunRequest::new(&workspace_path);
-        run.args = args;
-        run.stdin = stdin;
-        run.env = self.options.guest_env.clone();
-        run.readonly_mounts = self.options.readonly_mounts.clone();
-        run.limits = limits.clone();
-        let report = self.sandbox()?.run(&module, run)?;
+        let mut one_shot = RunRequest::new(&workspace_path);
+        one_shot.args = args;
+        one_shot.stdin = stdin;
+        one_shot.env = self.options.guest_env.clone();
+        one_shot.readonly_mounts = self.options.readonly_mounts.clone();
+        one_shot.limits = limits.clone();
+        let (report, warm) = run(RunContext {
+            sandbox: self.sandbox()?,
+            module: &module,
+            request: one_shot,
+        })?;
 
         // The host's work after the run is bounded by the run's own limits
         // (see `crate::scan`), and an execution is recorded whatever the
@@ -825,6 +857,7 @@ impl Engine {
                 },
                 scan: Some(Box::new(scan.clone())),
                 evidence: Some(evidence),
+                warm,
             };
             let executed_event = self.event(&Event::SessionExecuted(executed));
             let cause = Some(executed_event.event_id.0);

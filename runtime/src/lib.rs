@@ -17,6 +17,7 @@
 //! * [`adopt`]: importing seed workspaces.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
 //! * [`report`]: one session as a self-contained HTML report.
+//! * [`kernel`]: warm session kernels for a long-lived process.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
 
 /// The README's examples, compiled and run as doc-tests so they cannot
@@ -32,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod history;
+pub mod kernel;
 pub mod lease;
 pub mod lifecycle;
 pub mod proofs;
@@ -51,6 +53,7 @@ pub use engine::{
     Runtime, default_cache_dir,
 };
 pub use error::{Result, RuntimeError};
+pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
 pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;

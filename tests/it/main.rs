@@ -20,6 +20,9 @@ mod hostile_names;
 mod hostile_root;
 /// Hostile workspaces and the bounds of the host's work after a run.
 mod hostile_scan;
+/// Warm session kernels: persistence, limits, restarts, eviction, a
+/// hostile guest against the frame protocol.
+mod kernels;
 /// Prune, delete, reconcile, adopt.
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.

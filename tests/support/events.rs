@@ -120,6 +120,7 @@ pub fn executed(outcome: Outcome) -> Event {
         },
         scan: None,
         evidence: None,
+        warm: None,
     })
 }
 

@@ -182,6 +182,18 @@ pub enum SandboxError {
         #[source]
         source: BoxedError,
     },
+
+    /// A warm kernel (a guest kept alive between executions) did not get
+    /// ready: its driver ended, or did not ask for its first frame within
+    /// its limits.
+    ///
+    /// Handle: the execution runs cold instead; the reason says what the
+    /// guest did.
+    #[error("the kernel did not start: {reason}")]
+    KernelStart {
+        /// What happened.
+        reason: String,
+    },
 }
 
 impl SandboxError {
@@ -202,6 +214,7 @@ impl SandboxError {
             SandboxError::Measure { .. } => "measure",
             SandboxError::ForeignModule => "foreign_module",
             SandboxError::Instantiate { .. } => "instantiate",
+            SandboxError::KernelStart { .. } => "kernel_start",
         }
     }
 }

@@ -393,6 +393,12 @@ impl GuestLimiter {
     pub(crate) fn memory_bytes_peak(&self) -> u64 {
         u64::try_from(self.memory_bytes_peak).unwrap_or(u64::MAX)
     }
+
+    /// Sets the cap for what follows (a warm kernel's next execution). A
+    /// memory already past it stays; only growth is refused.
+    pub(crate) fn set_memory_bytes_max(&mut self, memory_bytes: u64) {
+        self.memory_bytes_max = usize::try_from(memory_bytes).unwrap_or(usize::MAX);
+    }
 }
 
 impl ResourceLimiter for GuestLimiter {

@@ -27,6 +27,8 @@
 //!   [`LoadedModule`].
 //! * `limits.rs`: every limit constant, [`ExecLimits`], the memory limiter.
 //! * `run.rs`: one run and the [`Outcome`] classification.
+//! * `kernel.rs`: a [`Kernel`], one guest kept alive on its own thread and
+//!   fed code frames through fd 0, each under its own limits.
 //! * `wasi.rs`: the guest's WASI context (`/app`, mounts, stdio, env).
 //! * `output.rs`: capped stdout/stderr capture.
 //! * `poll.rs`: the sleep guard that keeps `poll_oneoff` within the timeout.
@@ -50,6 +52,7 @@
 
 mod cache;
 mod error;
+mod kernel;
 pub mod limits;
 mod module_hashes;
 mod output;
@@ -64,7 +67,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Instant, SystemTime};
 
 use wasmtime::{
@@ -74,6 +77,7 @@ use wasmtime::{
 
 pub use self::cache::{CacheStats, CompileEvent, CompileObserver, ModuleOrigin, WASMTIME_VERSION};
 pub use self::error::{BoxedError, SandboxError};
+pub use self::kernel::{KERNEL_REPORT_GRACE, Kernel, KernelRun, STATUS_PREFIX};
 pub use self::limits::ExecLimits;
 pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
@@ -127,8 +131,51 @@ pub(crate) struct SandboxInner {
     modules: Mutex<HashMap<blake3::Hash, Arc<Mutex<Option<LoadedModule>>>>>,
     /// Told before and after a module is compiled.
     observer: Option<CompileObserver>,
+    /// The linker and trampoline of warm kernels (`kernel.rs`), made on
+    /// the first kernel start so one-shot runs never pay for them.
+    kernel: OnceLock<Result<(Linker<Host>, Module), String>>,
+    /// Kernel pre-instantiations by module content.
+    kernel_pres: Mutex<HashMap<blake3::Hash, InstancePre<Host>>>,
     /// Advances the epoch; dropped (and joined) with the last clone.
     _ticker: EpochTicker,
+}
+
+impl SandboxInner {
+    /// The kernel linker (WASI with `poll_oneoff`, `fd_read` and `fd_write`
+    /// guarded) and the kernel trampoline.
+    pub(crate) fn kernel_parts(&self) -> Result<(&Linker<Host>, &Module), SandboxError> {
+        let parts = self.kernel.get_or_init(|| {
+            let linker = build_kernel_linker(&self.engine).map_err(|error| format!("{error:#}"))?;
+            let trampoline = Module::from_binary(&self.engine, kernel::KERNEL_TRAMPOLINE_WASM)
+                .map_err(|error| format!("{error:#}"))?;
+            Ok((linker, trampoline))
+        });
+        match parts {
+            Ok((linker, trampoline)) => Ok((linker, trampoline)),
+            Err(reason) => Err(SandboxError::KernelStart {
+                reason: format!("could not build the kernel linker: {reason}"),
+            }),
+        }
+    }
+
+    /// `module` pre-linked against the kernel linker (cached).
+    pub(crate) fn kernel_instance_pre(
+        &self,
+        module: &LoadedModule,
+    ) -> Result<InstancePre<Host>, SandboxError> {
+        if let Some(pre) = lock(&self.kernel_pres).get(&module.blake3()) {
+            return Ok(pre.clone());
+        }
+        let (linker, _) = self.kernel_parts()?;
+        let pre = linker
+            .instantiate_pre(module.instance_pre().module())
+            .map_err(|error| SandboxError::Link {
+                path: module.path().to_path_buf(),
+                source: boxed(error),
+            })?;
+        lock(&self.kernel_pres).insert(module.blake3(), pre.clone());
+        Ok(pre)
+    }
 }
 
 /// A compiled, pre-linked module, ready to instantiate. Cheap to clone.
@@ -238,6 +285,8 @@ impl Sandbox {
                 module_hashes: ModuleHashes::new(cache_dir),
                 modules: Mutex::new(HashMap::new()),
                 observer,
+                kernel: OnceLock::new(),
+                kernel_pres: Mutex::new(HashMap::new()),
                 _ticker: ticker,
             }),
         })
@@ -389,6 +438,23 @@ impl Sandbox {
     ) -> Result<RunReport, SandboxError> {
         run::run(&self.inner, module, request)
     }
+
+    /// Starts `module` as a warm kernel per `request` (whose args run the
+    /// kernel driver) on a thread of its own, and waits until the guest
+    /// first asks for a frame. The report is the start's (its fuel, time
+    /// and output). The kernel holds a pool slot until dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`Sandbox::run`], and [`SandboxError::KernelStart`] if the guest
+    /// ended or did not ask for a frame within the request's limits.
+    pub fn start_kernel(
+        &self,
+        module: &LoadedModule,
+        request: RunRequest<'_>,
+    ) -> Result<(Kernel, RunReport), SandboxError> {
+        Kernel::start(Arc::clone(&self.inner), module, request)
+    }
 }
 
 /// Refuses, at load rather than at every run, modules the sandbox cannot run
@@ -484,6 +550,25 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<Host>> {
     linker.alias(WASI_MODULE, POLL_ONEOFF, INNER_MODULE, POLL_ONEOFF)?;
     linker.allow_shadowing(true);
     linker.func_wrap(WASI_MODULE, POLL_ONEOFF, poll::guarded_poll_oneoff)?;
+    linker.allow_shadowing(false);
+    Ok(linker)
+}
+
+/// The linker of warm kernels: [`build_linker`]'s, with `fd_read` and
+/// `fd_write` also guarded (fd 0 is the kernel's frame channel; the
+/// originals stay reachable under [`INNER_MODULE`]).
+fn build_kernel_linker(engine: &Engine) -> wasmtime::Result<Linker<Host>> {
+    let mut linker = build_linker(engine)?;
+    linker.alias(WASI_MODULE, kernel::FD_READ, INNER_MODULE, kernel::FD_READ)?;
+    linker.alias(
+        WASI_MODULE,
+        kernel::FD_WRITE,
+        INNER_MODULE,
+        kernel::FD_WRITE,
+    )?;
+    linker.allow_shadowing(true);
+    linker.func_wrap(WASI_MODULE, kernel::FD_READ, kernel::kernel_fd_read)?;
+    linker.func_wrap(WASI_MODULE, kernel::FD_WRITE, kernel::kernel_fd_write)?;
     linker.allow_shadowing(false);
     Ok(linker)
 }

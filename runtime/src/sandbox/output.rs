@@ -74,6 +74,17 @@ impl CappedOutput {
     }
 }
 
+impl CappedOutput {
+    /// Empties the capture and sets a new cap: a warm kernel's next
+    /// execution starts with nothing captured and nothing truncated.
+    pub(crate) fn reset(&self, cap_bytes: usize) {
+        let mut captured = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        captured.bytes = Vec::new();
+        captured.cap_bytes = cap_bytes;
+        captured.truncated = false;
+    }
+}
+
 impl IsTerminal for CappedOutput {
     fn is_terminal(&self) -> bool {
         false

@@ -124,6 +124,10 @@ pub(crate) enum Interrupt {
     /// The workspace went over its quota.
     #[error("workspace quota exceeded")]
     Quota,
+    /// A warm kernel's host side went away while the guest waited for its
+    /// next frame: the kernel is being dropped.
+    #[error("the kernel was closed by the host")]
+    KernelClosed,
 }
 
 /// The per-run host state inside the `Store`.
@@ -137,6 +141,56 @@ pub(crate) struct Host {
     /// wasmtime-wasi's `poll_oneoff`, which the sleep guard delegates to.
     pub(crate) inner_poll_oneoff: Option<PollOneoff>,
     quota: QuotaWatch,
+    /// A warm kernel's side of stdin (`None` for a one-shot run).
+    pub(crate) kernel: Option<Box<super::kernel::KernelIo>>,
+}
+
+impl Host {
+    /// The host state of a run (or a kernel) started at `started` under
+    /// `limits` in `workspace`.
+    pub(crate) fn new(
+        wasi: WasiP1Ctx,
+        limits: &ExecLimits,
+        workspace: &Path,
+        started: Instant,
+        guest_clock: GuestMonotonicClock,
+    ) -> Host {
+        Host {
+            wasi,
+            limiter: GuestLimiter::new(limits.memory_bytes),
+            deadline: started + limits.timeout,
+            guest_clock,
+            inner_poll_oneoff: None,
+            quota: QuotaWatch::new(
+                workspace.to_path_buf(),
+                limits.workspace_bytes_max,
+                limits.workspace_entries_max,
+                started,
+            ),
+            kernel: None,
+        }
+    }
+}
+
+/// Makes `store` enforce its host's limits: the memory limiter, `fuel`,
+/// and the deadline and quota checks at every epoch tick.
+pub(crate) fn install_limits(store: &mut Store<Host>, fuel: u64) -> Result<(), SandboxError> {
+    store.limiter(|host| &mut host.limiter);
+    store.set_fuel(fuel).map_err(engine_error)?;
+    // Check the deadline (and maybe the quota) at every tick.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut context| {
+        let host = context.data_mut();
+        let now = Instant::now();
+        if now >= host.deadline {
+            return Err(Interrupt::Timeout.into());
+        }
+        if host.quota.check_if_due(now) {
+            return Err(Interrupt::Quota.into());
+        }
+        Ok(UpdateDeadline::Continue(1))
+    });
+    Ok(())
 }
 
 /// Runs `module` per `request`. See [`Sandbox::run`](super::Sandbox::run).
@@ -163,36 +217,10 @@ pub(crate) fn run(
     };
     let wasi = wasi::build_context(module.argv0(), &mut request, stdio)?;
 
-    let host = Host {
-        wasi,
-        limiter: GuestLimiter::new(limits.memory_bytes),
-        deadline: started + limits.timeout,
-        guest_clock,
-        inner_poll_oneoff: None,
-        quota: QuotaWatch::new(
-            request.workspace.to_path_buf(),
-            limits.workspace_bytes_max,
-            limits.workspace_entries_max,
-            started,
-        ),
-    };
+    let host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
     let mut store = Store::new(&sandbox.engine, host);
-    store.limiter(|host| &mut host.limiter);
     let fuel_initial = limits.fuel.unwrap_or(u64::MAX);
-    store.set_fuel(fuel_initial).map_err(engine_error)?;
-    // Check the deadline (and maybe the quota) at every tick.
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut context| {
-        let host = context.data_mut();
-        let now = Instant::now();
-        if now >= host.deadline {
-            return Err(Interrupt::Timeout.into());
-        }
-        if host.quota.check_if_due(now) {
-            return Err(Interrupt::Quota.into());
-        }
-        Ok(UpdateDeadline::Continue(1))
-    });
+    install_limits(&mut store, fuel_initial)?;
     let call_result = match module.instance_pre().instantiate(&mut store) {
         Ok(instance) => {
             link_sleep_guard(sandbox, &mut store, &instance)?;
@@ -294,7 +322,7 @@ fn link_sleep_guard(
     Ok(())
 }
 
-fn engine_error(error: wasmtime::Error) -> SandboxError {
+pub(crate) fn engine_error(error: wasmtime::Error) -> SandboxError {
     SandboxError::Engine {
         source: boxed(error),
     }
@@ -302,15 +330,15 @@ fn engine_error(error: wasmtime::Error) -> SandboxError {
 
 /// The outcome-related part of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Ending {
-    outcome: Outcome,
-    exit_code: Option<i32>,
-    trap_message: Option<String>,
+pub(crate) struct Ending {
+    pub(crate) outcome: Outcome,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) trap_message: Option<String>,
 }
 
 /// Maps how `_start` returned (and whether memory growth was refused) to an
 /// outcome. Pure, so every branch is unit-tested.
-fn classify(call_result: wasmtime::Result<()>, memory_refused: bool) -> Ending {
+pub(crate) fn classify(call_result: wasmtime::Result<()>, memory_refused: bool) -> Ending {
     let error = match call_result {
         Ok(()) => {
             return Ending {
@@ -337,6 +365,7 @@ fn classify(call_result: wasmtime::Result<()>, memory_refused: bool) -> Ending {
         match interrupt {
             Interrupt::Timeout => Outcome::Timeout,
             Interrupt::Quota => Outcome::Quota,
+            Interrupt::KernelClosed => Outcome::Trap,
         }
     } else {
         match error.downcast_ref::<Trap>() {
