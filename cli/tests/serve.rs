@@ -6,7 +6,12 @@
 //! running.
 
 #![cfg(test)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -87,10 +92,7 @@ impl Server {
     }
 
     fn request(&self, method: &str, path: &str, body: &[u8]) -> Reply {
-        let auth = self
-            .token
-            .as_deref()
-            .map(|token| format!("Bearer {token}"));
+        let auth = self.token.as_deref().map(|token| format!("Bearer {token}"));
         request(self.addr, method, path, auth.as_deref(), body)
     }
 
@@ -218,8 +220,8 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         let Some(end) = data.windows(2).position(|window| window == b"\r\n") else {
             return out;
         };
-        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16)
-            .unwrap_or(0);
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
         if size == 0 || data.len() < end + 2 + size {
             return out;
         }
@@ -252,14 +254,21 @@ fn executed_positions(root: &Path) -> Vec<u64> {
     String::from_utf8(output.stdout)
         .unwrap()
         .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap()["position"].as_u64().unwrap())
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["position"]
+                .as_u64()
+                .unwrap()
+        })
         .collect()
 }
 
 fn verify_ok(root: &Path) {
     let output = sandlog(root).args(["--json", "verify"]).output().unwrap();
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert!(output.status.success() && report["ok"] == true, "{output:?}");
+    assert!(
+        output.status.success() && report["ok"] == true,
+        "{output:?}"
+    );
 }
 
 #[test]
@@ -282,7 +291,11 @@ fn serve_round_trip() {
     assert_eq!(exec["files_written"], json!(["made.txt"]));
     let position = exec["position"].as_u64().unwrap();
 
-    let put = server.request("PUT", &format!("/v1/sessions/{id}/files/dir/a.txt"), b"hello");
+    let put = server.request(
+        "PUT",
+        &format!("/v1/sessions/{id}/files/dir/a.txt"),
+        b"hello",
+    );
     assert_eq!(put.status, 200, "{}", put.text());
     assert_eq!(put.json()["size"], 5);
     let again = server.request("PUT", &format!("/v1/sessions/{id}/files/dir/a.txt"), b"x");
@@ -295,7 +308,10 @@ fn serve_round_trip() {
     );
     assert_eq!(replaced.status, 200, "{}", replaced.text());
     let read = server.request("GET", &format!("/v1/sessions/{id}/files/dir/a.txt"), b"");
-    assert_eq!((read.status, read.body.as_slice()), (200, &b"hello again"[..]));
+    assert_eq!(
+        (read.status, read.body.as_slice()),
+        (200, &b"hello again"[..])
+    );
     let made = server.request("GET", &format!("/v1/sessions/{id}/files/made.txt"), b"");
     assert_eq!(made.body, b"by guest");
     let listed = server.request("GET", &format!("/v1/sessions/{id}/files"), b"");
@@ -308,9 +324,16 @@ fn serve_round_trip() {
         .collect();
     assert_eq!(paths, ["dir/a.txt", "made.txt"]);
 
-    let show = server.request("GET", &format!("/v1/sessions/{id}"), b"").json();
-    assert_eq!((show["exec_count"].as_u64(), show["files"].as_u64()), (Some(1), Some(2)));
-    let sessions = server.request("GET", "/v1/sessions?status=active", b"").json();
+    let show = server
+        .request("GET", &format!("/v1/sessions/{id}"), b"")
+        .json();
+    assert_eq!(
+        (show["exec_count"].as_u64(), show["files"].as_u64()),
+        (Some(1), Some(2))
+    );
+    let sessions = server
+        .request("GET", "/v1/sessions?status=active", b"")
+        .json();
     assert_eq!(sessions.as_array().unwrap().len(), 1);
 
     let log = server.request(
@@ -325,10 +348,16 @@ fn serve_round_trip() {
     let paged = server.request("GET", "/v1/log?limit=2", b"");
     assert_eq!(log_lines(&paged).len(), 2);
     assert_eq!(paged.header("x-sandlog-next-from"), Some("3"));
-    let followed = server.request("GET", &format!("/v1/log?follow=true&session={id}&limit=3"), b"");
+    let followed = server.request(
+        "GET",
+        &format!("/v1/log?follow=true&session={id}&limit=3"),
+        b"",
+    );
     assert_eq!(log_lines(&followed).len(), 3);
 
-    let timeline = server.request("GET", &format!("/v1/sessions/{id}/timeline"), b"").json();
+    let timeline = server
+        .request("GET", &format!("/v1/sessions/{id}/timeline"), b"")
+        .json();
     assert_eq!(timeline[0]["kind"], "session.created");
 
     let verify = server.request("POST", "/v1/verify", b"").json();
@@ -340,10 +369,24 @@ fn serve_round_trip() {
     assert!(report.text().contains("<html"), "not a report");
 
     let evidence = server.request("GET", &format!("/v1/sessions/{id}/evidence"), b"");
-    assert_eq!(evidence.status, 404, "no checkpoint yet: {}", evidence.text());
-    assert!(evidence.json()["message"].as_str().unwrap().contains("checkpoint"));
+    assert_eq!(
+        evidence.status,
+        404,
+        "no checkpoint yet: {}",
+        evidence.text()
+    );
+    assert!(
+        evidence.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("checkpoint")
+    );
 
-    let dry = server.json("POST", "/v1/prune", &json!({"older_than": "0s", "dry_run": true}));
+    let dry = server.json(
+        "POST",
+        "/v1/prune",
+        &json!({"older_than": "0s", "dry_run": true}),
+    );
     assert_eq!(dry.status, 200, "{}", dry.text());
     assert_eq!(dry.json()["dry_run"], true);
     assert_eq!(dry.json()["deleted_sessions"].as_array().unwrap().len(), 1);
@@ -365,7 +408,10 @@ fn serve_round_trip() {
     assert!(matches!(bad_json.status, 400 | 422), "{}", bad_json.text());
     assert!(bad_json.json()["error"].is_string());
     let no_route = server.request("GET", "/v2/nothing", b"");
-    assert_eq!((no_route.status, no_route.json()["error"].as_str()), (404, Some("no_route")));
+    assert_eq!(
+        (no_route.status, no_route.json()["error"].as_str()),
+        (404, Some("no_route"))
+    );
 
     // Oversized bodies: 413 before the engine sees them.
     let big = vec![b'x'; 17 * 1024 * 1024];
@@ -377,11 +423,19 @@ fn serve_round_trip() {
     assert_eq!(too_big.status, 413, "{}", too_big.text());
 
     // Deleting a file and the session.
-    let deleted = server.request("DELETE", &format!("/v1/sessions/{id}/files/dir?recursive=true"), b"");
+    let deleted = server.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}/files/dir?recursive=true"),
+        b"",
+    );
     assert_eq!(deleted.json()["deleted"], json!(["dir/a.txt"]));
     let gone = server.request("DELETE", &format!("/v1/sessions/{id}?reason=test"), b"");
     assert_eq!(gone.status, 200, "{}", gone.text());
-    let after = server.json("POST", &format!("/v1/sessions/{id}/exec"), &json!({"code": "1"}));
+    let after = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "1"}),
+    );
     assert_eq!(after.status, 409, "{}", after.text());
     drop(server);
     verify_ok(&root);
@@ -455,10 +509,17 @@ fn token_required_beyond_loopback() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr: SocketAddr = line.trim().trim_start_matches("listening on http://").parse().unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .parse()
+        .unwrap();
     assert_eq!(request(addr, "GET", "/v1/health", None, b"").status, 401);
     let bearer = format!("Bearer {token}");
-    assert_eq!(request(addr, "GET", "/v1/health", Some(&bearer), b"").status, 200);
+    assert_eq!(
+        request(addr, "GET", "/v1/health", Some(&bearer), b"").status,
+        200
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -484,7 +545,13 @@ fn sigkill_mid_exec_loses_nothing_acknowledged() {
                     let code = format!("open('f{index}_{round}.txt', 'w').write('x' * {round})");
                     let body = json!({"code": code}).to_string();
                     let stream = std::panic::catch_unwind(|| {
-                        request(addr, "POST", &format!("/v1/sessions/{id}/exec"), None, body.as_bytes())
+                        request(
+                            addr,
+                            "POST",
+                            &format!("/v1/sessions/{id}/exec"),
+                            None,
+                            body.as_bytes(),
+                        )
                     });
                     match stream {
                         Ok(reply) if reply.status == 200 => {
@@ -499,7 +566,10 @@ fn sigkill_mid_exec_loses_nothing_acknowledged() {
         .collect();
     let started = Instant::now();
     while acknowledged.lock().unwrap().len() < 6 {
-        assert!(started.elapsed() < Duration::from_secs(120), "no executions acknowledged");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no executions acknowledged"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     server.signal(libc::SIGKILL);
@@ -510,7 +580,10 @@ fn sigkill_mid_exec_loses_nothing_acknowledged() {
     let acknowledged = acknowledged.lock().unwrap().clone();
     let recorded = executed_positions(&root);
     for position in &acknowledged {
-        assert!(recorded.contains(position), "acknowledged execution at {position} is not in the log");
+        assert!(
+            recorded.contains(position),
+            "acknowledged execution at {position} is not in the log"
+        );
     }
     verify_ok(&root);
 }

@@ -241,7 +241,11 @@ pub fn routes() -> Vec<Route> {
             Method::DELETE,
             "/v1/sessions/{id}/files/{*path}",
             "Delete a file → {\"deleted\": [...]}",
-            &[("recursive", "boolean", "delete a directory and what it holds")],
+            &[(
+                "recursive",
+                "boolean",
+                "delete a directory and what it holds",
+            )],
             None,
             JSON,
             delete(delete_file),
@@ -577,9 +581,10 @@ async fn create_session(State(state): State<AppState>, body: Bytes) -> Result<Re
         serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request("bad_request", format!("body: {error}")))?
     };
-    let session = blocking(&state, move |engine| {
-        Ok(engine.create_session(body.labels)?)
-    })
+    let session = blocking(
+        &state,
+        move |engine| Ok(engine.create_session(body.labels)?),
+    )
     .await?;
     let mut response = axum::Json(json!({"session_id": session.session_id})).into_response();
     *response.status_mut() = StatusCode::CREATED;
@@ -607,9 +612,7 @@ async fn list_sessions(
         Some(other) => {
             return Err(ApiError::bad_request(
                 "bad_query",
-                format!(
-                    "status {other:?}: expected active, pruning, pruned, deleting or deleted"
-                ),
+                format!("status {other:?}: expected active, pruning, pruned, deleting or deleted"),
             ));
         }
     };
@@ -654,10 +657,7 @@ async fn timeline(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
-    let events = blocking(&state, move |engine| {
-        Ok(engine.session_events(session_id)?)
-    })
-    .await?;
+    let events = blocking(&state, move |engine| Ok(engine.session_events(session_id)?)).await?;
     ok_json(&timeline_document(&events))
 }
 
@@ -930,10 +930,13 @@ async fn log(
         ));
     }
     let (body, next) = blocking(&state, move |engine| {
-        let (lines, last) = page(engine, LogFilter {
-            limit: Some(limit),
-            ..filter
-        })?;
+        let (lines, last) = page(
+            engine,
+            LogFilter {
+                limit: Some(limit),
+                ..filter
+            },
+        )?;
         let full = lines.len() as u64 == limit;
         Ok((lines.concat(), last.filter(|_| full).map(|last| last + 1)))
     })
@@ -942,9 +945,10 @@ async fn log(
     if let Some(next) = next {
         // The page was full: more may follow from here.
         if let Ok(value) = HeaderValue::from_str(&next.to_string()) {
-            response
-                .headers_mut()
-                .insert(header::HeaderName::from_static("x-sandlog-next-from"), value);
+            response.headers_mut().insert(
+                header::HeaderName::from_static("x-sandlog-next-from"),
+                value,
+            );
         }
     }
     Ok(response)

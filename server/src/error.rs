@@ -107,10 +107,9 @@ pub fn status_of(error: &RuntimeError) -> (StatusCode, &'static str) {
             StatusCode::PAYLOAD_TOO_LARGE,
             "send less, or free space in the workspace",
         ),
-        E::ContentNotKept { .. } | E::ContentErased { .. } => (
-            StatusCode::GONE,
-            "only the hash of these bytes is recorded",
-        ),
+        E::ContentNotKept { .. } | E::ContentErased { .. } => {
+            (StatusCode::GONE, "only the hash of these bytes is recorded")
+        }
         E::Invalid(_) | E::EscapesWorkspace { .. } => (
             StatusCode::UNPROCESSABLE_ENTITY,
             "fix the value the message names",

@@ -298,7 +298,8 @@ fn schema(value: Value) -> Arc<JsonObject> {
 
 /// The tools, with their input schemas.
 pub fn tools() -> Vec<Tool> {
-    let session = json!({"type": "string", "description": "the session id (UUID) from create_session"});
+    let session =
+        json!({"type": "string", "description": "the session id (UUID) from create_session"});
     let execute_schema = schema(json!({
         "type": "object",
         "properties": {
@@ -404,10 +405,9 @@ impl ServerHandler for SandlogMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         match self.call(&request.name, arguments).await {
-            Ok(value) => Ok(CallToolResult::success(vec![ContentBlock::text(
-                value.to_string(),
-            )])
-            .into()),
+            Ok(value) => {
+                Ok(CallToolResult::success(vec![ContentBlock::text(value.to_string())]).into())
+            }
             Err(ToolError::Tool(message)) => {
                 Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into())
             }

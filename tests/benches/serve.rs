@@ -67,7 +67,9 @@ fn main() -> BenchResult<()> {
         .and_then(Path::parent)
         .map(|dir| dir.join("sandlog"))
         .filter(|path| path.is_file())
-        .ok_or("the sandlog binary is not built: run `cargo build --release -p sandlog-cli` first")?;
+        .ok_or(
+            "the sandlog binary is not built: run `cargo build --release -p sandlog-cli` first",
+        )?;
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
     let sandlog = |args: &[&str]| {
@@ -180,10 +182,21 @@ fn main() -> BenchResult<()> {
     let verify_ok = verify.status.success()
         && serde_json::from_slice::<serde_json::Value>(&verify.stdout)?["ok"] == true;
 
-    println!("serve load test: {execs} × print(1), {CLIENTS} concurrent clients on loopback, one session each");
-    println!("  p50 latency        {:>10.1?}", percentile(&latencies, 0.50));
-    println!("  p99 latency        {:>10.1?}", percentile(&latencies, 0.99));
-    println!("  max latency        {:>10.1?}", latencies.last().copied().unwrap_or_default());
+    println!(
+        "serve load test: {execs} × print(1), {CLIENTS} concurrent clients on loopback, one session each"
+    );
+    println!(
+        "  p50 latency        {:>10.1?}",
+        percentile(&latencies, 0.50)
+    );
+    println!(
+        "  p99 latency        {:>10.1?}",
+        percentile(&latencies, 0.99)
+    );
+    println!(
+        "  max latency        {:>10.1?}",
+        latencies.last().copied().unwrap_or_default()
+    );
     println!(
         "  throughput         {:>10.1} exec/s ({} in {:.2?})",
         results.len() as f64 / elapsed.as_secs_f64(),
@@ -200,7 +213,10 @@ fn main() -> BenchResult<()> {
         recorded.len()
     );
     println!("  lost               {lost:>10}");
-    println!("  verify             {:>10}", if verify_ok { "ok" } else { "FAILED" });
+    println!(
+        "  verify             {:>10}",
+        if verify_ok { "ok" } else { "FAILED" }
+    );
     println!("  server exit        {status}");
     if lost > 0
         || !verify_ok
