@@ -8,7 +8,7 @@
 //!
 //! Run: `make bench` or `cargo build --release -p sandlog-cli && cargo
 //! bench -p sandlog-tests --bench serve`. `SANDLOG_BENCH_SERVE_EXECS` sets
-//! the request count (default 400).
+//! the request count (default 400); `SANDLOG_BENCH_BIN` another binary.
 
 // Indexing a `serde_json::Value` by key yields `Null` when absent; it
 // never panics.
@@ -66,10 +66,17 @@ fn main() -> BenchResult<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join(".runtimes"));
     let cache = repo().join("target/sandlog-bench-cache");
-    let binary = std::env::current_exe()?
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("sandlog"))
+    // `SANDLOG_BENCH_BIN` names another build of the binary (a dev build,
+    // for a quick run); by default the release build beside this bench.
+    let binary = std::env::var_os("SANDLOG_BENCH_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()?
+                .parent()
+                .and_then(Path::parent)
+                .map(|dir| dir.join("sandlog"))
+        })
         .filter(|path| path.is_file())
         .ok_or(
             "the sandlog binary is not built: run `cargo build --release -p sandlog-cli` first",
