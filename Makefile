@@ -4,6 +4,7 @@
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
 #   make test   the full test suite (what CI runs), the Python package's too
 #   make python-test   build the Python package into target/venv, run its tests
+#   make mcp-test   drive `sandlog mcp` with the official MCP Python client
 
 RUNTIMES_DIR ?= $(CURDIR)/.runtimes
 export SANDLOG_RUNTIMES_DIR := $(RUNTIMES_DIR)
@@ -16,6 +17,8 @@ export SANDLOG_TEST_CACHE_DIR ?= $(CURDIR)/target/sandlog-test-cache
 VENV := $(CURDIR)/target/venv
 MATURIN_VERSION := 1.16.0
 PYTEST_VERSION := 9.2.0
+# The official MCP client, for `make mcp-test`.
+MCP_VERSION := 2.3.0
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # What maturin sets for cargo. pyo3's build script reruns when any of these
 # change, so the workspace's cargo commands below run with the same values:
@@ -23,7 +26,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test runtimes lint bench python-test python-bench
+.PHONY: demo test runtimes lint bench python-test python-bench mcp-test
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -31,7 +34,7 @@ runtimes:
 demo: runtimes
 	cargo run --quiet -p sandlog-cli -- --root ./sandlog-data demo
 
-test: runtimes python-test
+test: runtimes python-test mcp-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
 
 $(VENV)/bin/python:
@@ -45,6 +48,17 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
+
+# The MCP server driven by the official Python client, installed from the
+# registry at a pinned version (a failed install fails the target).
+$(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION): $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_VERSION)"
+	touch $@
+
+mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION)
+	$(PYO3_ENV) cargo build -p sandlog-cli
+	SANDLOG_BIN=$(CARGO_TARGET_DIR)/debug/sandlog SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) \
+		$(VENV)/bin/python -m pytest server/tests/python -q -p no:cacheprovider
 
 # Release build of the package (the dev build of python-test replaces it
 # at the next `make test`).

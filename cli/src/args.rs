@@ -193,6 +193,14 @@ pub enum Command {
     /// code and output, file contents and diffs, and the log's verification
     /// at this moment. Exits 4 (after writing it) if the log fails to verify.
     Report(ReportArgs),
+    /// Serve the HTTP JSON API (OpenAPI at /openapi.json) on loopback, or
+    /// beyond it with a bearer token. Prints `listening on http://ADDR`
+    /// first; SIGTERM or SIGINT lets running executions finish.
+    Serve(crate::commands::serve::ServeArgs),
+    /// Serve the Model Context Protocol on stdin/stdout (tools:
+    /// create_session, execute, list_files, read_file, write_file,
+    /// timeline) until stdin closes.
+    Mcp,
 }
 
 /// `report` arguments.

@@ -11,6 +11,7 @@ mod proofs;
 mod prune;
 mod report;
 mod retention;
+pub mod serve;
 mod session;
 
 use std::path::Path;
@@ -65,6 +66,8 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
                 Command::Tree(command) => proofs::tree(&engine, command, output),
                 Command::Report(args) => report::report(&engine, args, output),
+                Command::Serve(args) => serve::serve(engine, args),
+                Command::Mcp => serve::mcp(engine),
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man

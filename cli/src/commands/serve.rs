@@ -1,0 +1,60 @@
+//! `serve` and `mcp`: hand the engine to sandlog-server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use sandlog_runtime::Engine;
+use sandlog_server::auth::Token;
+use sandlog_server::limits::SHUTDOWN_WAIT_MAX;
+use sandlog_server::{ColdExecutor, ServeError, ServeOptions};
+
+use crate::exit::CliError;
+
+/// `serve` arguments.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (printed first).
+    /// Anything but a loopback address needs a token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+    /// A file holding the bearer token every request must send (else
+    /// $SANDLOG_TOKEN). 16 to 4096 printable characters.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+fn failed(error: ServeError) -> CliError {
+    match error {
+        ServeError::Io { context, source } => CliError::Io { context, source },
+        ServeError::TokenRequired(_) => CliError::Usage {
+            kind: "token_required",
+            message: error.to_string(),
+        },
+        ServeError::BadToken(_) => CliError::Usage {
+            kind: "bad_token",
+            message: error.to_string(),
+        },
+        _ => CliError::Usage {
+            kind: "serve",
+            message: error.to_string(),
+        },
+    }
+}
+
+pub fn serve(engine: Engine, args: ServeArgs) -> Result<u8, CliError> {
+    let token = Token::load(args.token_file.as_deref()).map_err(failed)?;
+    let options = ServeOptions {
+        listen: args.listen,
+        token,
+        shutdown_wait: SHUTDOWN_WAIT_MAX,
+    };
+    sandlog_server::serve(Arc::new(engine), Arc::new(ColdExecutor), options).map_err(failed)?;
+    Ok(0)
+}
+
+pub fn mcp(engine: Engine) -> Result<u8, CliError> {
+    sandlog_server::mcp::run(Arc::new(engine), Arc::new(ColdExecutor)).map_err(failed)?;
+    Ok(0)
+}

@@ -1,0 +1,613 @@
+//! `sandlog serve`: the real binary serving a real root on a free loopback
+//! port, spoken to over real TCP with a small HTTP/1.1 client (no mocks):
+//! sessions, exec of real python.wasm, files, log, verify, report, prune,
+//! the OpenAPI document against the routes, the token beyond loopback,
+//! body limits, SIGKILL mid-execution and SIGTERM with an execution
+//! running.
+
+#![cfg(test)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The binary with a root, the runtimes and the shared module cache.
+fn sandlog(root: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlog"));
+    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".runtimes"));
+    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
+    command
+        .env_remove("SANDLOG_ROOT")
+        .env_remove("SANDLOG_TOKEN")
+        .env("SANDLOG_RUNTIMES_DIR", runtimes)
+        .env("SANDLOG_CACHE_DIR", cache)
+        .env("NO_COLOR", "1")
+        .arg("--root")
+        .arg(root);
+    command
+}
+
+fn init() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let status = sandlog(&root).args(["--json", "init"]).output().unwrap();
+    assert!(status.status.success(), "{status:?}");
+    (dir, root)
+}
+
+/// A running `sandlog serve`; killed when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    token: Option<String>,
+}
+
+impl Server {
+    fn start(root: &Path, listen: &str, token: Option<&str>) -> Server {
+        let mut command = sandlog(root);
+        command
+            .args(["serve", "--listen", listen])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(token) = token {
+            command.env("SANDLOG_TOKEN", token);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("first line {line:?}"))
+            .parse::<SocketAddr>()
+            .unwrap();
+        // A server on 0.0.0.0 is reached on loopback.
+        let addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
+        Server {
+            child,
+            addr,
+            token: token.map(str::to_owned),
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let auth = self.token.as_deref().map(|token| format!("Bearer {token}"));
+        request(self.addr, method, path, auth.as_deref(), body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: &Value) -> Reply {
+        self.request(method, path, body.to_string().as_bytes())
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: kill(2) on our own child's pid.
+        let result = unsafe { libc::kill(pid, signal) };
+        assert_eq!(result, 0);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|error| {
+            panic!(
+                "status {}: not JSON ({error}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One HTTP/1.1 request on its own connection; the body is written by a
+/// second thread, so a server that answers before reading it all (413) is
+/// heard.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(authorization) = authorization {
+        head.push_str(&format!("Authorization: {authorization}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let body = body.to_vec();
+    let sender = std::thread::spawn(move || {
+        // A refused body may be cut off by the server: not an error here.
+        let _ = writer.write_all(&body);
+    });
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let _ = sender.join();
+    parse_reply(&raw)
+}
+
+fn parse_reply(raw: &[u8]) -> Reply {
+    let split = raw
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(": "))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(key, value)| {
+        key.eq_ignore_ascii_case("transfer-encoding") && value.contains("chunked")
+    });
+    if chunked {
+        body = dechunk(&body);
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = data.windows(2).position(|window| window == b"\r\n") else {
+            return out;
+        };
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 || data.len() < end + 2 + size {
+            return out;
+        }
+        out.extend_from_slice(&data[end + 2..end + 2 + size]);
+        data = &data[(end + 4 + size).min(data.len())..];
+    }
+}
+
+fn create(server: &Server) -> String {
+    let reply = server.request("POST", "/v1/sessions", b"");
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    reply.json()["session_id"].as_str().unwrap().to_owned()
+}
+
+fn log_lines(reply: &Reply) -> Vec<Value> {
+    reply
+        .text()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The executed events of a root, read by the CLI after the server is gone.
+fn executed_positions(root: &Path) -> Vec<u64> {
+    let output = sandlog(root)
+        .args(["--json", "log", "--kind", "session.executed"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["position"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn verify_ok(root: &Path) {
+    let output = sandlog(root).args(["--json", "verify"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        output.status.success() && report["ok"] == true,
+        "{output:?}"
+    );
+}
+
+#[test]
+fn serve_round_trip() {
+    let (_dir, root) = init();
+    let server = Server::start(&root, "127.0.0.1:0", None);
+    let id = create(&server);
+
+    let exec = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "print(1)\nopen('made.txt', 'w').write('by guest')"}),
+    );
+    assert_eq!(exec.status, 200, "{}", exec.text());
+    let exec = exec.json();
+    assert_eq!(exec["outcome"], "ok");
+    assert_eq!(exec["stdout"], "1\n");
+    assert_eq!(exec["warm"], false);
+    assert_eq!(exec["state_lost"], false);
+    assert_eq!(exec["files_written"], json!(["made.txt"]));
+    let position = exec["position"].as_u64().unwrap();
+
+    let put = server.request(
+        "PUT",
+        &format!("/v1/sessions/{id}/files/dir/a.txt"),
+        b"hello",
+    );
+    assert_eq!(put.status, 200, "{}", put.text());
+    assert_eq!(put.json()["size"], 5);
+    let again = server.request("PUT", &format!("/v1/sessions/{id}/files/dir/a.txt"), b"x");
+    assert_eq!(again.status, 409, "{}", again.text());
+    assert_eq!(again.json()["error"], "file_exists");
+    let replaced = server.request(
+        "PUT",
+        &format!("/v1/sessions/{id}/files/dir/a.txt?overwrite=true"),
+        b"hello again",
+    );
+    assert_eq!(replaced.status, 200, "{}", replaced.text());
+    let read = server.request("GET", &format!("/v1/sessions/{id}/files/dir/a.txt"), b"");
+    assert_eq!(
+        (read.status, read.body.as_slice()),
+        (200, &b"hello again"[..])
+    );
+    let made = server.request("GET", &format!("/v1/sessions/{id}/files/made.txt"), b"");
+    assert_eq!(made.body, b"by guest");
+    let listed = server.request("GET", &format!("/v1/sessions/{id}/files"), b"");
+    let paths: Vec<String> = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|file| file["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(paths, ["dir/a.txt", "made.txt"]);
+
+    let show = server
+        .request("GET", &format!("/v1/sessions/{id}"), b"")
+        .json();
+    assert_eq!(
+        (show["exec_count"].as_u64(), show["files"].as_u64()),
+        (Some(1), Some(2))
+    );
+    let sessions = server
+        .request("GET", "/v1/sessions?status=active", b"")
+        .json();
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+
+    let log = server.request(
+        "GET",
+        &format!("/v1/log?session={id}&kind=session.executed"),
+        b"",
+    );
+    assert_eq!(log.header("content-type"), Some("application/x-ndjson"));
+    let events = log_lines(&log);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["position"].as_u64(), Some(position));
+    let paged = server.request("GET", "/v1/log?limit=2", b"");
+    assert_eq!(log_lines(&paged).len(), 2);
+    assert_eq!(paged.header("x-sandlog-next-from"), Some("3"));
+    let followed = server.request(
+        "GET",
+        &format!("/v1/log?follow=true&session={id}&limit=3"),
+        b"",
+    );
+    assert_eq!(log_lines(&followed).len(), 3);
+
+    let timeline = server
+        .request("GET", &format!("/v1/sessions/{id}/timeline"), b"")
+        .json();
+    assert_eq!(timeline[0]["kind"], "session.created");
+
+    let verify = server.request("POST", "/v1/verify", b"").json();
+    assert_eq!(verify["ok"], true, "{verify}");
+
+    let report = server.request("GET", &format!("/v1/sessions/{id}/report"), b"");
+    assert_eq!(report.status, 200);
+    assert_eq!(report.header("x-sandlog-verify-ok"), Some("true"));
+    assert!(report.text().contains("<html"), "not a report");
+
+    let evidence = server.request("GET", &format!("/v1/sessions/{id}/evidence"), b"");
+    assert_eq!(
+        evidence.status,
+        404,
+        "no checkpoint yet: {}",
+        evidence.text()
+    );
+    assert!(
+        evidence.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("checkpoint")
+    );
+
+    let dry = server.json(
+        "POST",
+        "/v1/prune",
+        &json!({"older_than": "0s", "dry_run": true}),
+    );
+    assert_eq!(dry.status, 200, "{}", dry.text());
+    assert_eq!(dry.json()["dry_run"], true);
+    assert_eq!(dry.json()["deleted_sessions"].as_array().unwrap().len(), 1);
+
+    // Errors: class → status, with kind, message and hint.
+    let unknown = server.request(
+        "GET",
+        "/v1/sessions/00000000-0000-4000-8000-000000000000",
+        b"",
+    );
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["error"], "not_found");
+    assert!(unknown.json()["hint"].is_string());
+    let malformed = server.request("GET", "/v1/sessions/not-a-uuid", b"");
+    assert_eq!(malformed.status, 422, "{}", malformed.text());
+    let climbing = server.request("GET", &format!("/v1/sessions/{id}/files/..%2Fx"), b"");
+    assert_eq!(climbing.status, 422, "{}", climbing.text());
+    let bad_json = server.request("POST", &format!("/v1/sessions/{id}/exec"), b"{\"code\": 1}");
+    assert!(matches!(bad_json.status, 400 | 422), "{}", bad_json.text());
+    assert!(bad_json.json()["error"].is_string());
+    let no_route = server.request("GET", "/v2/nothing", b"");
+    assert_eq!(
+        (no_route.status, no_route.json()["error"].as_str()),
+        (404, Some("no_route"))
+    );
+
+    // Oversized bodies: 413 before the engine sees them.
+    let big = vec![b'x'; 17 * 1024 * 1024];
+    let too_big = server.request("PUT", &format!("/v1/sessions/{id}/files/big.bin"), &big);
+    assert_eq!(too_big.status, 413, "{}", too_big.text());
+    assert_eq!(too_big.json()["error"], "too_large");
+    let code = json!({"code": "x".repeat(17 * 1024 * 1024)}).to_string();
+    let too_big = server.request("POST", &format!("/v1/sessions/{id}/exec"), code.as_bytes());
+    assert_eq!(too_big.status, 413, "{}", too_big.text());
+
+    // Deleting a file and the session.
+    let deleted = server.request(
+        "DELETE",
+        &format!("/v1/sessions/{id}/files/dir?recursive=true"),
+        b"",
+    );
+    assert_eq!(deleted.json()["deleted"], json!(["dir/a.txt"]));
+    let gone = server.request("DELETE", &format!("/v1/sessions/{id}?reason=test"), b"");
+    assert_eq!(gone.status, 200, "{}", gone.text());
+    let after = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "1"}),
+    );
+    assert_eq!(after.status, 409, "{}", after.text());
+    drop(server);
+    verify_ok(&root);
+}
+
+/// Every operation of the OpenAPI document is routed (none falls through
+/// to `no_route` or 405), and the document names the exec route.
+#[test]
+fn openapi_lists_every_route() {
+    let (_dir, root) = init();
+    let server = Server::start(&root, "127.0.0.1:0", None);
+    let document = server.request("GET", "/openapi.json", b"").json();
+    let paths = document["paths"].as_object().unwrap();
+    assert!(paths.contains_key("/v1/sessions/{id}/exec"));
+    assert!(paths.len() >= 10, "{paths:?}");
+    let id = "00000000-0000-4000-8000-000000000000";
+    for (path, operations) in paths {
+        for method in operations.as_object().unwrap().keys() {
+            let concrete = path.replace("{id}", id).replace("{path}", "a.txt");
+            let reply = server.request(&method.to_uppercase(), &concrete, b"");
+            assert_ne!(reply.status, 405, "{method} {path}");
+            if reply.status == 404 {
+                assert_ne!(reply.json()["error"], "no_route", "{method} {path}");
+            }
+        }
+    }
+}
+
+#[test]
+fn token_required_beyond_loopback() {
+    let (_dir, root) = init();
+    let refused = sandlog(&root)
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("token"));
+    let short = sandlog(&root)
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env("SANDLOG_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert_eq!(short.status.code(), Some(2), "{short:?}");
+
+    let token = "t0ken-for-the-serve-test-0123456789";
+    let server = Server::start(&root, "0.0.0.0:0", Some(token));
+    let none = request(server.addr, "GET", "/v1/sessions", None, b"");
+    assert_eq!(none.status, 401);
+    assert_eq!(none.json()["error"], "unauthorized");
+    let wrong = request(
+        server.addr,
+        "GET",
+        "/v1/sessions",
+        Some("Bearer t0ken-for-the-serve-test-0123456780"),
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let right = server.request("GET", "/v1/sessions", b"");
+    assert_eq!(right.status, 200, "{}", right.text());
+
+    // A token file works the same.
+    let file = root.parent().unwrap().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    let mut command = sandlog(&root);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&file)
+        .stdout(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .parse()
+        .unwrap();
+    assert_eq!(request(addr, "GET", "/v1/health", None, b"").status, 401);
+    let bearer = format!("Bearer {token}");
+    assert_eq!(
+        request(addr, "GET", "/v1/health", Some(&bearer), b"").status,
+        200
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Clients execute in a loop; the server is SIGKILLed while executions
+/// run. Every execution a client got a 200 for has its `session.executed`
+/// event at the position it was told, and the log verifies.
+#[test]
+fn sigkill_mid_exec_loses_nothing_acknowledged() {
+    let (_dir, root) = init();
+    let server = Server::start(&root, "127.0.0.1:0", None);
+    let sessions: Vec<String> = (0..3).map(|_| create(&server)).collect();
+    let addr = server.addr;
+    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let clients: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(index, id)| {
+            let id = id.clone();
+            let acknowledged = acknowledged.clone();
+            std::thread::spawn(move || {
+                for round in 0..1000 {
+                    let code = format!("open('f{index}_{round}.txt', 'w').write('x' * {round})");
+                    let body = json!({"code": code}).to_string();
+                    let stream = std::panic::catch_unwind(|| {
+                        request(
+                            addr,
+                            "POST",
+                            &format!("/v1/sessions/{id}/exec"),
+                            None,
+                            body.as_bytes(),
+                        )
+                    });
+                    match stream {
+                        Ok(reply) if reply.status == 200 => {
+                            let position = reply.json()["position"].as_u64().unwrap();
+                            acknowledged.lock().unwrap().push(position);
+                        }
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    while acknowledged.lock().unwrap().len() < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no executions acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.signal(libc::SIGKILL);
+    for client in clients {
+        let _ = client.join();
+    }
+    drop(server);
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let recorded = executed_positions(&root);
+    for position in &acknowledged {
+        assert!(
+            recorded.contains(position),
+            "acknowledged execution at {position} is not in the log"
+        );
+    }
+    verify_ok(&root);
+}
+
+/// SIGTERM while an execution runs: it finishes, its client gets the
+/// result, it is recorded, and the server exits 0.
+#[test]
+fn sigterm_finishes_a_running_execution() {
+    let (_dir, root) = init();
+    let mut server = Server::start(&root, "127.0.0.1:0", None);
+    let id = create(&server);
+    let addr = server.addr;
+    let code = "import time\nstart = time.time()\nwhile time.time() - start < 2:\n    pass\nprint('finished')";
+    let body = json!({"code": code}).to_string();
+    let path = format!("/v1/sessions/{id}/exec");
+    let client = std::thread::spawn(move || request(addr, "POST", &path, None, body.as_bytes()));
+    std::thread::sleep(Duration::from_millis(700));
+    server.signal(libc::SIGTERM);
+    let reply = client.join().unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["stdout"], "finished\n");
+    let position = reply.json()["position"].as_u64().unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(executed_positions(&root).contains(&position));
+    verify_ok(&root);
+}

@@ -1,0 +1,1086 @@
+//! The HTTP JSON API: routes, handlers, authentication, and [`serve`].
+//!
+//! Every handler makes its engine calls on a blocking thread
+//! ([`tokio::task::spawn_blocking`]), at most
+//! [`BLOCKING_CALLS_MAX`](crate::limits::BLOCKING_CALLS_MAX) at once. An
+//! execution whose client went away still runs to its end and is recorded:
+//! the blocking task is never cancelled, and shutdown waits for it (up to
+//! [`SHUTDOWN_WAIT_MAX`](crate::limits::SHUTDOWN_WAIT_MAX)).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, post, put};
+use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::projections::SessionStatus;
+use sandlog_runtime::projections::query::SessionSummary;
+use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, Runtime, RuntimeError};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, watch};
+
+use crate::auth::Token;
+use crate::error::ApiError;
+use crate::executor::{ExecOutcome, Executor};
+use crate::limits::{
+    BLOCKING_CALLS_MAX, LOG_EVENTS_MAX, LOG_FOLLOW_DURATION_MAX, LOG_FOLLOW_POLL,
+    REQUEST_BODY_BYTES_MAX, RESPONSE_DOCUMENT_BYTES_MAX, RESPONSE_FILE_BYTES_MAX,
+    SHUTDOWN_WAIT_MAX,
+};
+use crate::{ServeError, openapi};
+
+/// How `sandlog serve` listens.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address and port; port 0 picks a free one. The bound address is
+    /// printed on stdout as the first line.
+    pub listen: SocketAddr,
+    /// Required unless `listen` is a loopback address; checked on every
+    /// request when set.
+    pub token: Option<Token>,
+    /// How long shutdown waits for running requests.
+    pub shutdown_wait: Duration,
+}
+
+impl ServeOptions {
+    /// Loopback on `port`, no token, the default shutdown wait.
+    pub fn loopback(port: u16) -> ServeOptions {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], port)),
+            token: None,
+            shutdown_wait: SHUTDOWN_WAIT_MAX,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    engine: Arc<Engine>,
+    executor: Arc<dyn Executor>,
+    slots: Arc<Semaphore>,
+    token: Option<Arc<Token>>,
+    /// Becomes true at shutdown: following log streams end.
+    stopping: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// State over an engine. `stopping` ends following log streams when it
+    /// turns true.
+    pub fn new(
+        engine: Arc<Engine>,
+        executor: Arc<dyn Executor>,
+        token: Option<Token>,
+        stopping: watch::Receiver<bool>,
+    ) -> AppState {
+        AppState {
+            engine,
+            executor,
+            slots: Arc::new(Semaphore::new(BLOCKING_CALLS_MAX)),
+            token: token.map(Arc::new),
+            stopping,
+        }
+    }
+}
+
+/// One route: its method, its path (axum syntax), what it does, and its
+/// handler. The router and the OpenAPI document are both made from
+/// [`routes`], so neither can list a route the other lacks.
+pub struct Route {
+    /// HTTP method.
+    pub method: Method,
+    /// Path, axum syntax (`{id}`, `{*path}` for the rest).
+    pub path: &'static str,
+    /// One line for the OpenAPI document.
+    pub summary: &'static str,
+    /// Query parameters: name, type, description.
+    pub query: &'static [(&'static str, &'static str, &'static str)],
+    /// Request body content type, if any.
+    pub body: Option<&'static str>,
+    /// Success response content type.
+    pub response: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+const JSON: &str = "application/json";
+const NDJSON: &str = "application/x-ndjson";
+
+/// Every route the server answers.
+pub fn routes() -> Vec<Route> {
+    let route = |method: Method,
+                 path: &'static str,
+                 summary: &'static str,
+                 query: &'static [(&'static str, &'static str, &'static str)],
+                 body: Option<&'static str>,
+                 response: &'static str,
+                 handler: MethodRouter<AppState>| Route {
+        method,
+        path,
+        summary,
+        query,
+        body,
+        response,
+        handler,
+    };
+    vec![
+        route(
+            Method::GET,
+            "/openapi.json",
+            "This document",
+            &[],
+            None,
+            JSON,
+            get(openapi_document),
+        ),
+        route(
+            Method::GET,
+            "/v1/health",
+            "The server is up: {\"ok\": true, \"version\"}",
+            &[],
+            None,
+            JSON,
+            get(health),
+        ),
+        route(
+            Method::POST,
+            "/v1/sessions",
+            "Create a session; body {\"labels\"?: {k: v}} → {\"session_id\"}",
+            &[],
+            Some(JSON),
+            JSON,
+            post(create_session),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions",
+            "Sessions with metadata (as `session list --json`)",
+            &[(
+                "status",
+                "string",
+                "active, pruning, pruned, deleting or deleted",
+            )],
+            None,
+            JSON,
+            get(list_sessions),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}",
+            "One session (as `session show --json`)",
+            &[],
+            None,
+            JSON,
+            get(show_session),
+        ),
+        route(
+            Method::DELETE,
+            "/v1/sessions/{id}",
+            "Delete a session → {\"session_id\", \"reclaimed_bytes\"}",
+            &[("reason", "string", "recorded in the log")],
+            None,
+            JSON,
+            delete(delete_session),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}/timeline",
+            "The session's events in order, payloads decoded",
+            &[],
+            None,
+            JSON,
+            get(timeline),
+        ),
+        route(
+            Method::POST,
+            "/v1/sessions/{id}/exec",
+            "Run code; body {\"code\", \"runtime\"?, \"timeout_ms\"?, \"fuel\"?, \"memory_bytes\"?} → the `exec --json` object plus \"warm\" and \"state_lost\"",
+            &[],
+            Some(JSON),
+            JSON,
+            post(exec),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}/files",
+            "Files (as `files ls --json`)",
+            &[("pattern", "string", "a glob")],
+            None,
+            JSON,
+            get(list_files),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}/files/{*path}",
+            "A file's bytes",
+            &[],
+            None,
+            "application/octet-stream",
+            get(read_file),
+        ),
+        route(
+            Method::PUT,
+            "/v1/sessions/{id}/files/{*path}",
+            "Write a file from the body's bytes → {\"path\", \"size\", \"blake3\"}",
+            &[("overwrite", "boolean", "replace an existing file")],
+            Some("application/octet-stream"),
+            JSON,
+            put(write_file),
+        ),
+        route(
+            Method::DELETE,
+            "/v1/sessions/{id}/files/{*path}",
+            "Delete a file → {\"deleted\": [...]}",
+            &[(
+                "recursive",
+                "boolean",
+                "delete a directory and what it holds",
+            )],
+            None,
+            JSON,
+            delete(delete_file),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}/report",
+            "The session's self-contained HTML report (header x-sandlog-verify-ok)",
+            &[],
+            None,
+            "text/html",
+            get(report),
+        ),
+        route(
+            Method::GET,
+            "/v1/sessions/{id}/evidence",
+            "The session's evidence bundle, with the latest signed checkpoint",
+            &[],
+            None,
+            JSON,
+            get(evidence),
+        ),
+        route(
+            Method::GET,
+            "/v1/log",
+            "Events as JSON Lines (as `log --json`); with follow=true, keeps streaming new events",
+            &[
+                ("session", "string", "only this session's events"),
+                ("kind", "string", "only this kind (`session.*` by prefix)"),
+                ("since", "string", "recorded at or after (RFC 3339)"),
+                ("until", "string", "recorded before (RFC 3339)"),
+                ("from", "integer", "at or after this position"),
+                (
+                    "limit",
+                    "integer",
+                    "at most this many (default and maximum 10000 without follow)",
+                ),
+                ("follow", "boolean", "keep the response open for new events"),
+            ],
+            None,
+            NDJSON,
+            get(log),
+        ),
+        route(
+            Method::POST,
+            "/v1/verify",
+            "Check the hash chain and the read models → {\"ok\", \"events\", \"head\", ...}",
+            &[],
+            None,
+            JSON,
+            post(verify),
+        ),
+        route(
+            Method::POST,
+            "/v1/prune",
+            "Prune by policy; body {\"older_than\", \"dry_run\"?, \"max_deletions\"?, \"max_sessions\"?, \"max_bytes\"?}",
+            &[],
+            Some(JSON),
+            JSON,
+            post(prune),
+        ),
+    ]
+}
+
+/// The router over `state`: every route of [`routes`], the token check,
+/// the body limit, and a JSON 404 for anything else.
+pub fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for route in routes() {
+        router = router.route(route.path, route.handler);
+    }
+    router
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+/// Runs the server until SIGTERM or SIGINT, then lets running requests
+/// finish (up to `options.shutdown_wait`). Prints the bound address on
+/// stdout first (`listening on http://ADDR`), so a caller that asked for
+/// port 0 learns the port.
+pub fn serve(
+    engine: Arc<Engine>,
+    executor: Arc<dyn Executor>,
+    options: ServeOptions,
+) -> Result<(), ServeError> {
+    if !options.listen.ip().is_loopback() && options.token.is_none() {
+        return Err(ServeError::TokenRequired(options.listen));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sandlog-serve")
+        .build()
+        .map_err(ServeError::io("starting the server's runtime"))?;
+    let shutdown_wait = options.shutdown_wait;
+    let result = runtime.block_on(run(engine, executor, options));
+    // Blocking engine calls whose handler is gone (client disconnected)
+    // still get to finish and record their work.
+    runtime.shutdown_timeout(shutdown_wait);
+    result
+}
+
+async fn run(
+    engine: Arc<Engine>,
+    executor: Arc<dyn Executor>,
+    options: ServeOptions,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(ServeError::io(format!("listening on {}", options.listen)))?;
+    let bound = listener
+        .local_addr()
+        .map_err(ServeError::io("reading the bound address"))?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on http://{bound}")
+            .and_then(|()| stdout.flush())
+            .map_err(ServeError::io("writing the bound address to stdout"))?;
+    }
+    tracing::info!(%bound, token = options.token.is_some(), "serving");
+    let (stop, stopping) = watch::channel(false);
+    let state = AppState::new(engine, executor, options.token, stopping);
+    let app = router(state);
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing running requests");
+        let _ = stop.send(true);
+        let _ = signalled_tx.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let wait = options.shutdown_wait;
+    let deadline = async move {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(wait).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = server => result.map_err(ServeError::io("serving")),
+        () = deadline => {
+            tracing::warn!(wait_s = wait.as_secs(), "requests still running after the shutdown wait; exiting");
+            Ok(())
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot watch SIGTERM; only SIGINT stops the server");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+/// Refuses a request without the right bearer token (when one is set).
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let offered = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
+        if !offered.is_some_and(|offered| token.matches(offered)) {
+            let mut response = ApiError::unauthorized().into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sandlog\""),
+            );
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+async fn no_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "no_route".to_owned(),
+        message: format!("no route {method} {}", uri.path()),
+        hint: "GET /openapi.json lists every route",
+    }
+}
+
+/// Runs `work` on a blocking thread once a slot is free.
+async fn blocking<T, F>(state: &AppState, work: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+{
+    let permit = state
+        .slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::internal("the server is shutting down"))?;
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work(&engine)
+    })
+    .await
+    .map_err(|error| ApiError::internal(format!("the engine call failed: {error}")))?
+}
+
+fn session_id(text: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(text).map_err(|error| ApiError::from(RuntimeError::Invalid(error)))
+}
+
+fn workspace_path(text: &str) -> Result<WorkspacePath, ApiError> {
+    WorkspacePath::parse(text).map_err(|error| ApiError::from(RuntimeError::Invalid(error)))
+}
+
+fn json_body<T>(body: Result<axum::Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    match body {
+        Ok(axum::Json(value)) => Ok(value),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(ApiError::too_large(format!(
+                "the request body is larger than REQUEST_BODY_BYTES_MAX = {REQUEST_BODY_BYTES_MAX} bytes"
+            )))
+        }
+        Err(rejection) => Err(ApiError {
+            status: rejection.status(),
+            kind: "bad_request".to_owned(),
+            message: rejection.body_text(),
+            hint: "send a JSON body as /openapi.json describes",
+        }),
+    }
+}
+
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(value)| value)
+        .map_err(|rejection| ApiError::bad_request("bad_query", rejection.body_text()))
+}
+
+fn ok_json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
+    Ok(axum::Json(value).into_response())
+}
+
+/// The `session show --json` document.
+pub fn session_document(session: &SessionSummary) -> Value {
+    json!({
+        "session_id": session.session_id,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+        "version": 1,
+        "status": session.status,
+        "exec_count": session.exec_count,
+        "last_outcome": session.last_outcome,
+        "bytes": session.bytes,
+        "files": session.file_count,
+        "legacy": session.legacy,
+        "labels": session.labels,
+        "held": session.held.is_some(),
+        "hold_reason": session.held,
+    })
+}
+
+/// The `exec --json` document plus `warm` and `state_lost`.
+pub fn exec_document(outcome: &ExecOutcome) -> Value {
+    let execution = &outcome.execution;
+    json!({
+        "outcome": execution.outcome,
+        "exit_code": execution.exit_code,
+        "stdout": String::from_utf8_lossy(&execution.stdout),
+        "stderr": String::from_utf8_lossy(&execution.stderr),
+        "stdout_truncated": execution.stdout_truncated,
+        "stderr_truncated": execution.stderr_truncated,
+        "fuel_consumed": execution.fuel_consumed,
+        "duration_ms": execution.duration_ms,
+        "files_written": execution.files_written,
+        "files_deleted": execution.files_deleted,
+        "message": execution.message,
+        "position": execution.position,
+        "scan_ms": execution.scan_ms,
+        "limit": execution.limit,
+        "files_changed_total": execution.files_changed_total,
+        "warm": outcome.warm,
+        "state_lost": outcome.state_lost,
+    })
+}
+
+/// A session's events for people and agents: payloads decoded.
+pub fn timeline_document(events: &[sandlog_runtime::core::Envelope]) -> Vec<Value> {
+    events
+        .iter()
+        .map(|envelope| {
+            json!({
+                "position": envelope.position,
+                "version": envelope.version,
+                "recorded_at": envelope.recorded_at,
+                "kind": envelope.kind,
+                "actor": envelope.actor,
+                "payload": serde_json::from_slice::<Value>(&envelope.payload).unwrap_or(Value::Null),
+                "hash": envelope.hash,
+            })
+        })
+        .collect()
+}
+
+async fn openapi_document() -> axum::Json<Value> {
+    axum::Json(openapi::document())
+}
+
+async fn health() -> axum::Json<Value> {
+    axum::Json(json!({"ok": true, "version": env!("CARGO_PKG_VERSION")}))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+async fn create_session(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    // An empty body is a session without labels.
+    let body: CreateBody = if body.is_empty() {
+        CreateBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|error| ApiError::bad_request("bad_request", format!("body: {error}")))?
+    };
+    let session = blocking(
+        &state,
+        move |engine| Ok(engine.create_session(body.labels)?),
+    )
+    .await?;
+    let mut response = axum::Json(json!({"session_id": session.session_id})).into_response();
+    *response.status_mut() = StatusCode::CREATED;
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+}
+
+async fn list_sessions(
+    State(state): State<AppState>,
+    params: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = query(params)?;
+    let status = match params.status.as_deref() {
+        None => None,
+        Some("active") => Some(SessionStatus::Active),
+        Some("pruning") => Some(SessionStatus::Pruning),
+        Some("pruned") => Some(SessionStatus::Pruned),
+        Some("deleting") => Some(SessionStatus::Deleting),
+        Some("deleted") => Some(SessionStatus::Deleted),
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "bad_query",
+                format!("status {other:?}: expected active, pruning, pruned, deleting or deleted"),
+            ));
+        }
+    };
+    let sessions = blocking(&state, move |engine| Ok(engine.sessions(status)?)).await?;
+    let documents: Vec<Value> = sessions.iter().map(session_document).collect();
+    ok_json(&documents)
+}
+
+async fn show_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let session = blocking(&state, move |engine| Ok(engine.session(session_id)?)).await?;
+    ok_json(&session_document(&session))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    reason: Option<String>,
+}
+
+async fn delete_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    params: Result<Query<DeleteQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let reason = query(params)?
+        .reason
+        .unwrap_or_else(|| "deleted through the API".to_owned());
+    let report = blocking(&state, move |engine| {
+        Ok(engine.delete_session(session_id, &reason)?)
+    })
+    .await?;
+    ok_json(&json!({"session_id": report.session_id, "reclaimed_bytes": report.reclaimed_bytes}))
+}
+
+async fn timeline(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let events = blocking(&state, move |engine| Ok(engine.session_events(session_id)?)).await?;
+    ok_json(&timeline_document(&events))
+}
+
+/// The body of `POST /v1/sessions/{id}/exec`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    /// The code.
+    pub code: String,
+    /// `python` (default), `javascript`, or a path to a `.wasm` the server
+    /// can read.
+    pub runtime: Option<String>,
+    /// Wall-clock limit, milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Fuel limit.
+    pub fuel: Option<u64>,
+    /// Linear memory limit, bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+impl ExecBody {
+    /// The engine's request.
+    pub fn request(self) -> ExecRequest {
+        ExecRequest {
+            runtime: Runtime::parse(self.runtime.as_deref().unwrap_or("python")),
+            code: self.code.into_bytes(),
+            limits: LimitOverrides {
+                fuel: self.fuel,
+                timeout: self.timeout_ms.map(Duration::from_millis),
+                memory_bytes: self.memory_bytes,
+                ..LimitOverrides::default()
+            },
+        }
+    }
+}
+
+async fn exec(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<axum::Json<ExecBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let request = json_body(body)?.request();
+    let executor = state.executor.clone();
+    let outcome = blocking(&state, move |engine| {
+        Ok(executor.execute(engine, session_id, &request)?)
+    })
+    .await?;
+    ok_json(&exec_document(&outcome))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilesQuery {
+    pattern: Option<String>,
+}
+
+async fn list_files(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    params: Result<Query<FilesQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let pattern = query(params)?.pattern;
+    let files = blocking(&state, move |engine| {
+        Ok(engine.list_files(session_id, pattern.as_deref())?)
+    })
+    .await?;
+    let documents: Vec<Value> = files
+        .iter()
+        .map(|file| json!({"path": file.path, "size": file.size, "blake3": file.blake3, "updated_at": file.updated_at}))
+        .collect();
+    ok_json(&documents)
+}
+
+async fn read_file(
+    State(state): State<AppState>,
+    Path((id, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let path = workspace_path(&path)?;
+    let bytes = blocking(&state, move |engine| {
+        // A first look at the size, so a huge file is refused unread; the
+        // read itself goes through the engine's workspace handle.
+        let on_disk = engine
+            .layout()
+            .workspace(session_id)
+            .join(path.as_std_path());
+        if let Ok(metadata) = std::fs::symlink_metadata(&on_disk)
+            && metadata.is_file()
+            && metadata.len() > RESPONSE_FILE_BYTES_MAX
+        {
+            return Err(file_too_large(&path, metadata.len()));
+        }
+        let bytes = engine.read_file(session_id, &path)?;
+        if bytes.len() as u64 > RESPONSE_FILE_BYTES_MAX {
+            return Err(file_too_large(&path, bytes.len() as u64));
+        }
+        Ok(bytes)
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Bytes::from(bytes),
+    )
+        .into_response())
+}
+
+fn file_too_large(path: &WorkspacePath, size: u64) -> ApiError {
+    ApiError::too_large(format!(
+        "{path} is {size} bytes; one response carries at most RESPONSE_FILE_BYTES_MAX = {RESPONSE_FILE_BYTES_MAX} bytes (read it with `sandlog files cat`)"
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteQuery {
+    #[serde(default)]
+    overwrite: bool,
+}
+
+async fn write_file(
+    State(state): State<AppState>,
+    Path((id, path)): Path<(String, String)>,
+    params: Result<Query<WriteQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let path = workspace_path(&path)?;
+    let overwrite = query(params)?.overwrite;
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!(
+                "the request body is larger than REQUEST_BODY_BYTES_MAX = {REQUEST_BODY_BYTES_MAX} bytes; write larger files with `sandlog files put`, which streams"
+            ))
+        } else {
+            ApiError::bad_request("bad_request", rejection.body_text())
+        }
+    })?;
+    let file = blocking(&state, move |engine| {
+        Ok(engine.write_file(session_id, &path, &body, overwrite)?)
+    })
+    .await?;
+    ok_json(&json!({"path": file.path, "size": file.size, "blake3": file.blake3}))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteFileQuery {
+    #[serde(default)]
+    recursive: bool,
+}
+
+async fn delete_file(
+    State(state): State<AppState>,
+    Path((id, path)): Path<(String, String)>,
+    params: Result<Query<DeleteFileQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let path = workspace_path(&path)?;
+    let recursive = query(params)?.recursive;
+    let deleted = blocking(&state, move |engine| {
+        Ok(engine.delete_file(session_id, &path, recursive)?)
+    })
+    .await?;
+    ok_json(&json!({"deleted": deleted}))
+}
+
+async fn report(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let (html, verify_ok) = blocking(&state, move |engine| {
+        let mut html = Vec::new();
+        let summary = engine.write_report(session_id, &mut html)?;
+        if html.len() > RESPONSE_DOCUMENT_BYTES_MAX {
+            return Err(ApiError::too_large(format!(
+                "the report is {} bytes; one response carries at most RESPONSE_DOCUMENT_BYTES_MAX = {RESPONSE_DOCUMENT_BYTES_MAX} (write it with `sandlog report`)",
+                html.len()
+            )));
+        }
+        Ok((html, summary.verify_ok))
+    })
+    .await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::HeaderName::from_static("x-sandlog-verify-ok"),
+                if verify_ok { "true" } else { "false" },
+            ),
+        ],
+        Bytes::from(html),
+    )
+        .into_response())
+}
+
+async fn evidence(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    let bytes = blocking(&state, move |engine| {
+        let bundle = engine.export_bundle(session_id, None)?;
+        let bytes = serde_json::to_vec(&bundle)
+            .map_err(|error| ApiError::internal(format!("encoding the bundle: {error}")))?;
+        if bytes.len() > RESPONSE_DOCUMENT_BYTES_MAX {
+            return Err(ApiError::too_large(format!(
+                "the bundle is {} bytes; one response carries at most RESPONSE_DOCUMENT_BYTES_MAX = {RESPONSE_DOCUMENT_BYTES_MAX} (write it with `sandlog evidence export`)",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, JSON)], Bytes::from(bytes)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogQuery {
+    session: Option<String>,
+    kind: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    from: Option<u64>,
+    limit: Option<u64>,
+    #[serde(default)]
+    follow: bool,
+}
+
+/// Events per page a following stream reads.
+const LOG_FOLLOW_PAGE: u64 = 1_000;
+
+async fn log(
+    State(state): State<AppState>,
+    params: Result<Query<LogQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = query(params)?;
+    let time = |text: Option<&str>| {
+        text.map(Timestamp::parse)
+            .transpose()
+            .map_err(|error| ApiError::from(RuntimeError::Invalid(error)))
+    };
+    let filter = LogFilter {
+        stream: params
+            .session
+            .as_deref()
+            .map(session_id)
+            .transpose()?
+            .map(StreamId::Session),
+        kinds: params.kind.into_iter().collect(),
+        since: time(params.since.as_deref())?,
+        until: time(params.until.as_deref())?,
+        from: params.from.map(Position),
+        to: None,
+        limit: None,
+    };
+    if params.follow {
+        return Ok(follow(state, filter, params.limit));
+    }
+    let limit = params.limit.unwrap_or(LOG_EVENTS_MAX);
+    if limit > LOG_EVENTS_MAX {
+        return Err(ApiError::bad_request(
+            "bad_query",
+            format!(
+                "limit {limit}: one response carries at most LOG_EVENTS_MAX = {LOG_EVENTS_MAX} events; page with from"
+            ),
+        ));
+    }
+    let (body, next) = blocking(&state, move |engine| {
+        let (lines, last) = page(
+            engine,
+            LogFilter {
+                limit: Some(limit),
+                ..filter
+            },
+        )?;
+        let full = lines.len() as u64 == limit;
+        Ok((lines.concat(), last.filter(|_| full).map(|last| last + 1)))
+    })
+    .await?;
+    let mut response = ([(header::CONTENT_TYPE, NDJSON)], body).into_response();
+    if let Some(next) = next {
+        // The page was full: more may follow from here.
+        if let Ok(value) = HeaderValue::from_str(&next.to_string()) {
+            response.headers_mut().insert(
+                header::HeaderName::from_static("x-sandlog-next-from"),
+                value,
+            );
+        }
+    }
+    Ok(response)
+}
+
+/// One page of the log as JSON Lines (each ending in a newline), and the
+/// last position in it.
+fn page(engine: &Engine, filter: LogFilter) -> Result<(Vec<String>, Option<u64>), ApiError> {
+    let mut lines = Vec::new();
+    let mut last = None;
+    for envelope in engine.store().query(filter) {
+        let envelope = envelope.map_err(RuntimeError::from)?;
+        last = Some(envelope.position.0);
+        let mut line = serde_json::to_string(&envelope)
+            .map_err(|error| ApiError::internal(format!("encoding an event: {error}")))?;
+        line.push('\n');
+        lines.push(line);
+    }
+    Ok((lines, last))
+}
+
+/// Where a following log stream is.
+struct Follow {
+    state: AppState,
+    filter: LogFilter,
+    buffered: VecDeque<String>,
+    remaining: u64,
+    deadline: Instant,
+}
+
+/// A streamed response: the events matching `filter`, then new ones as
+/// they are appended, until `limit` events, [`LOG_FOLLOW_DURATION_MAX`], or
+/// shutdown.
+fn follow(state: AppState, filter: LogFilter, limit: Option<u64>) -> Response {
+    let start = Follow {
+        state,
+        filter,
+        buffered: VecDeque::new(),
+        remaining: limit.unwrap_or(u64::MAX),
+        deadline: Instant::now() + LOG_FOLLOW_DURATION_MAX,
+    };
+    let stream = futures_util::stream::unfold(start, |mut follow| async move {
+        loop {
+            if follow.remaining == 0 {
+                return None;
+            }
+            if let Some(line) = follow.buffered.pop_front() {
+                follow.remaining -= 1;
+                return Some((Ok::<_, std::io::Error>(line), follow));
+            }
+            if Instant::now() >= follow.deadline || *follow.state.stopping.borrow() {
+                return None;
+            }
+            let filter = LogFilter {
+                limit: Some(LOG_FOLLOW_PAGE.min(follow.remaining)),
+                ..follow.filter.clone()
+            };
+            match blocking(&follow.state, move |engine| page(engine, filter)).await {
+                Ok((lines, Some(last))) => {
+                    follow.filter.from = Some(Position(last + 1));
+                    follow.buffered.extend(lines);
+                }
+                Ok((_, None)) => {
+                    let mut stopping = follow.state.stopping.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(LOG_FOLLOW_POLL) => {}
+                        _ = stopping.changed() => {}
+                    }
+                }
+                Err(error) => {
+                    // The stream's status is already sent: the error is the
+                    // last line, as a JSON object with an "error" field.
+                    follow.remaining = 1;
+                    follow.buffered.push_back(format!("{}\n", error.body()));
+                }
+            }
+        }
+    });
+    ([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(stream)).into_response()
+}
+
+async fn verify(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let result = blocking(&state, move |engine| Ok(engine.verify(None, &|_| {}))).await?;
+    match result {
+        Ok(outcome) => ok_json(&outcome),
+        Err(error) if error.is_integrity() => {
+            let mut response = axum::Json(json!({
+                "ok": false,
+                "error": error.kind(),
+                "message": error.to_string(),
+            }))
+            .into_response();
+            *response.status_mut() = StatusCode::OK;
+            Ok(response)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PruneBody {
+    older_than: String,
+    #[serde(default)]
+    dry_run: bool,
+    max_deletions: Option<u64>,
+    max_sessions: Option<u64>,
+    max_bytes: Option<String>,
+}
+
+async fn prune(
+    State(state): State<AppState>,
+    body: Result<axum::Json<PruneBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    use sandlog_runtime::core::human::{parse_duration, parse_size};
+    let body = json_body(body)?;
+    let invalid = |error| ApiError::from(RuntimeError::Invalid(error));
+    let policy = PrunePolicy {
+        older_than: parse_duration(&body.older_than).map_err(invalid)?,
+        max_deletions: body.max_deletions,
+        max_sessions: body.max_sessions,
+        max_total_bytes: body
+            .max_bytes
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(invalid)?,
+    };
+    let dry_run = body.dry_run;
+    let report = blocking(&state, move |engine| {
+        Ok(engine.prune(&policy, dry_run, &|_, _| {})?)
+    })
+    .await?;
+    ok_json(&report)
+}
