@@ -291,6 +291,25 @@ fn serve_round_trip() {
     assert_eq!(exec["files_written"], json!(["made.txt"]));
     let position = exec["position"].as_u64().unwrap();
 
+    // The session's kernel stays alive: state carries over, and the
+    // second execution says it ran warm.
+    let first = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "x = 41"}),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    let second = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "print(x + 1)"}),
+    );
+    assert_eq!(second.status, 200, "{}", second.text());
+    let second = second.json();
+    assert_eq!(second["stdout"], "42\n");
+    assert_eq!(second["warm"], true);
+    assert_eq!(second["state_lost"], false);
+
     let put = server.request(
         "PUT",
         &format!("/v1/sessions/{id}/files/dir/a.txt"),
@@ -329,7 +348,7 @@ fn serve_round_trip() {
         .json();
     assert_eq!(
         (show["exec_count"].as_u64(), show["files"].as_u64()),
-        (Some(1), Some(2))
+        (Some(3), Some(2))
     );
     let sessions = server
         .request("GET", "/v1/sessions?status=active", b"")
@@ -343,7 +362,7 @@ fn serve_round_trip() {
     );
     assert_eq!(log.header("content-type"), Some("application/x-ndjson"));
     let events = log_lines(&log);
-    assert_eq!(events.len(), 1);
+    assert_eq!(events.len(), 3, "the first execution and the warm pair");
     assert_eq!(events[0]["position"].as_u64(), Some(position));
     let paged = server.request("GET", "/v1/log?limit=2", b"");
     assert_eq!(log_lines(&paged).len(), 2);

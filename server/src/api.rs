@@ -342,10 +342,12 @@ pub fn serve(
         .build()
         .map_err(ServeError::io("starting the server's runtime"))?;
     let shutdown_wait = options.shutdown_wait;
-    let result = runtime.block_on(run(engine, executor, options));
+    let result = runtime.block_on(run(engine.clone(), executor.clone(), options));
     // Blocking engine calls whose handler is gone (client disconnected)
     // still get to finish and record their work.
     runtime.shutdown_timeout(shutdown_wait);
+    // Then the kept kernels go, each with its `kernel.evicted` event.
+    executor.shutdown(&engine);
     result
 }
 
@@ -368,8 +370,10 @@ async fn run(
     }
     tracing::info!(%bound, token = options.token.is_some(), "serving");
     let (stop, stopping) = watch::channel(false);
+    let (engine_for_upkeep, executor_for_upkeep) = (engine.clone(), executor.clone());
     let state = AppState::new(engine, executor, options.token, stopping);
     let app = router(state);
+    crate::executor::spawn_upkeep(engine_for_upkeep, executor_for_upkeep);
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         wait_for_signal().await;
@@ -537,6 +541,7 @@ pub fn exec_document(outcome: &ExecOutcome) -> Value {
         "files_changed_total": execution.files_changed_total,
         "warm": outcome.warm,
         "state_lost": outcome.state_lost,
+        "state_lost_reason": outcome.state_lost_reason,
     })
 }
 
@@ -645,7 +650,9 @@ async fn delete_session(
     let reason = query(params)?
         .reason
         .unwrap_or_else(|| "deleted through the API".to_owned());
+    let executor = state.executor.clone();
     let report = blocking(&state, move |engine| {
+        executor.session_ending(engine, session_id);
         Ok(engine.delete_session(session_id, &reason)?)
     })
     .await?;

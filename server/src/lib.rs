@@ -28,7 +28,7 @@ pub mod mcp;
 pub mod openapi;
 
 pub use api::{ServeOptions, serve};
-pub use executor::{ColdExecutor, ExecOutcome, Executor};
+pub use executor::{ColdExecutor, ExecOutcome, Executor, WarmExecutor};
 pub use sandlog_runtime::Engine;
 
 /// Why a server could not start or stopped with an error (request errors

@@ -44,3 +44,7 @@ pub const MCP_TEXT_BYTES_MAX: usize = REQUEST_BODY_BYTES_MAX;
 
 /// Events one MCP `timeline` call returns (the newest are kept).
 pub const MCP_TIMELINE_EVENTS_MAX: usize = 1_000;
+
+/// How often a server drops warm kernels idle past their timeout
+/// (`KERNEL_IDLE_TIMEOUT`): a kernel lives at most this much longer.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(30);

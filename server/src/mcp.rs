@@ -48,8 +48,10 @@ pub fn run(engine: Arc<Engine>, executor: Arc<dyn Executor>) -> Result<(), Serve
         .thread_name("sandlog-mcp")
         .build()
         .map_err(ServeError::io("starting the MCP server's runtime"))?;
-    let server = SandlogMcp::new(engine, executor);
+    let server = SandlogMcp::new(engine.clone(), executor.clone());
+    let (engine_for_upkeep, executor_for_upkeep) = (engine.clone(), executor.clone());
     let result = runtime.block_on(async move {
+        crate::executor::spawn_upkeep(engine_for_upkeep, executor_for_upkeep);
         let service = server
             .serve(rmcp::transport::stdio())
             .await
@@ -61,6 +63,7 @@ pub fn run(engine: Arc<Engine>, executor: Arc<dyn Executor>) -> Result<(), Serve
         Ok(())
     });
     runtime.shutdown_timeout(SHUTDOWN_WAIT_MAX);
+    executor.shutdown(&engine);
     result
 }
 

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use clap::Args;
 use sandlog_runtime::Engine;
+use sandlog_runtime::KernelLimits;
 use sandlog_server::auth::Token;
 use sandlog_server::limits::SHUTDOWN_WAIT_MAX;
-use sandlog_server::{ColdExecutor, ServeError, ServeOptions};
+use sandlog_server::{ServeError, ServeOptions, WarmExecutor};
 
 use crate::exit::CliError;
 
@@ -50,11 +51,14 @@ pub fn serve(engine: Engine, args: ServeArgs) -> Result<u8, CliError> {
         token,
         shutdown_wait: SHUTDOWN_WAIT_MAX,
     };
-    sandlog_server::serve(Arc::new(engine), Arc::new(ColdExecutor), options).map_err(failed)?;
+    // Python runs in a warm kernel per session (docs/kernels.md).
+    let executor = Arc::new(WarmExecutor::new(KernelLimits::default()));
+    sandlog_server::serve(Arc::new(engine), executor, options).map_err(failed)?;
     Ok(0)
 }
 
 pub fn mcp(engine: Engine) -> Result<u8, CliError> {
-    sandlog_server::mcp::run(Arc::new(engine), Arc::new(ColdExecutor)).map_err(failed)?;
+    let executor = Arc::new(WarmExecutor::new(KernelLimits::default()));
+    sandlog_server::mcp::run(Arc::new(engine), executor).map_err(failed)?;
     Ok(0)
 }
