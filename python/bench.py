@@ -4,6 +4,8 @@
   RUNS), with the engine's own run time (``Execution.duration_ms``) beside
   it, and the same through a ``sandlog exec`` process per call (the CLI
   binary of ``cargo build --release -p sandlog-cli``);
+* the seed system's ``execute("print(1)")`` (``llm-wasm-sandbox`` from PyPI,
+  a fresh interpreter per call) on the same machine in the same run;
 * ``engine.write_file`` calls per second (WRITES small files, one session).
 
 Run: ``make python-bench`` (builds the package with ``--release`` into
@@ -16,6 +18,7 @@ Knobs: ``SANDLOG_BENCH_RUNS`` (default 30), ``SANDLOG_BENCH_WRITES``
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -30,6 +33,36 @@ REPO = Path(__file__).resolve().parents[1]
 RUNS = int(os.environ.get("SANDLOG_BENCH_RUNS", "30"))
 WRITES = int(os.environ.get("SANDLOG_BENCH_WRITES", "1000"))
 CLI = Path(os.environ.get("SANDLOG_CLI", str(REPO / "target" / "release" / "sandlog")))
+# The seed system, as published on PyPI (llm-wasm-sandbox), installed by
+# `make python-bench` into a virtual environment of its own.
+SEED_PYTHON = Path(os.environ.get("SANDLOG_SEED_PYTHON", str(REPO / "target" / "seed-venv" / "bin" / "python")))
+SEED_RUNS = int(os.environ.get("SANDLOG_BENCH_SEED_RUNS", "3"))
+
+# Runs in the seed's environment: its documented quick start, timed per
+# call (a sandbox for a session, then `execute`), as its users call it.
+SEED_SCRIPT = """
+import json, sys, time
+from sandbox import create_sandbox, RuntimeType
+walls = []
+for _ in range(int(sys.argv[1])):
+    started = time.perf_counter()
+    result = create_sandbox(runtime=RuntimeType.PYTHON).execute("print(1)")
+    walls.append(time.perf_counter() - started)
+    assert result.stdout.strip() == "1", result
+print(json.dumps(walls))
+"""
+
+
+def seed_execute(workdir: Path) -> list:
+    """The seed system's `execute("print(1)")` wall times, or [] when its
+    environment is missing (said in the output)."""
+    if not SEED_PYTHON.is_file():
+        return []
+    done = subprocess.run(
+        [str(SEED_PYTHON), "-c", SEED_SCRIPT, str(SEED_RUNS)],
+        cwd=workdir, capture_output=True, check=True, text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def median_ms(samples: list) -> float:
@@ -74,6 +107,13 @@ def main() -> int:
         print(f"  sandlog exec process       {median_ms(cli):8.2f}  ({CLI})")
     else:
         print(f"  sandlog exec process       not run: {CLI} missing (cargo build --release -p sandlog-cli)")
+    with tempfile.TemporaryDirectory(prefix="sandlog-seed-") as tmp:
+        seed = seed_execute(Path(tmp))
+    if seed:
+        print(f"  seed system execute        {median_ms(seed):8.2f}  (llm-wasm-sandbox, median of {SEED_RUNS})")
+        print(f"  seed / python engine       {median_ms(seed) / median_ms(walls):8.1f}x")
+    else:
+        print(f"  seed system execute        not run: {SEED_PYTHON} missing (make python-bench installs it)")
     print(f"write_file, {WRITES} files of 100 bytes")
     print(f"  calls per second           {WRITES / write_seconds:8.0f}")
     return 0
