@@ -4,34 +4,13 @@
 
 #![cfg(test)]
 
-use std::path::{Path, PathBuf};
-
 use assert_cmd::Command;
 use serde_json::Value;
 
+mod common;
+use common::sandlog;
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn sandlog(root: &Path) -> Command {
-    let mut command = Command::cargo_bin("sandlog").unwrap();
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
-}
 
 fn json_success(command: &mut Command) -> Value {
     let output = command.assert().success().get_output().stdout.clone();
