@@ -52,6 +52,21 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "NAME")]
     pub actor: Option<String>,
 
+    /// Recorded as the correlation id of every event this command appends,
+    /// tying them to a task (`log --correlation ID` finds them; else
+    /// $SANDLOG_CORRELATION_ID). A UUID is taken as is; any other text (at
+    /// most 256 bytes, no control characters), such as a task id, is the
+    /// UUIDv5 of its UTF-8 bytes in the namespace
+    /// f2aedca4-b590-5fd0-8ac0-f89f6a851145.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDLOG_CORRELATION_ID",
+        value_name = "ID",
+        value_parser = parse_correlation_id
+    )]
+    pub correlation_id: Option<uuid::Uuid>,
+
     /// Show ids and values whole in human tables (session ids are
     /// otherwise cut to their first 8 hex digits, which any command
     /// accepts back as a prefix).
@@ -628,6 +643,10 @@ pub struct LogArgs {
     /// Only these kinds (repeatable; `session.prune.*` matches a prefix).
     #[arg(long = "kind", value_name = "K")]
     pub kinds: Vec<String>,
+    /// Only events recorded with this correlation id (the text given to
+    /// `--correlation-id`, mapped the same way).
+    #[arg(long, value_name = "ID", value_parser = parse_correlation_id)]
+    pub correlation: Option<uuid::Uuid>,
     /// Recorded at or after: an RFC 3339 time, or a duration meaning that
     /// long ago (`10m`, `2h`, `7d`).
     #[arg(long, value_name = "T")]
@@ -637,19 +656,25 @@ pub struct LogArgs {
     #[arg(long, value_name = "T")]
     pub until: Option<String>,
     /// From this position.
-    #[arg(long, value_name = "POS")]
+    #[arg(long, value_name = "POS", conflicts_with = "checkpoint")]
     pub from: Option<u64>,
     /// At most N events (the oldest N that match).
-    #[arg(long, value_name = "N", conflicts_with = "tail")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["tail", "checkpoint"])]
     pub limit: Option<u64>,
     /// Only the newest N events that match, oldest first.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "checkpoint")]
     pub tail: Option<u64>,
     /// After printing, keep printing new events as they are appended (by
     /// this or any other process) until interrupted (Ctrl-C) or the reader
     /// of stdout goes away. Looks for new events every 200 ms.
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// Resume the named consumer: print the events after its stored
+    /// checkpoint (the whole log the first time) and store how far it got.
+    /// Delivery is at least once: after a kill, events after the stored
+    /// checkpoint may print again, none is skipped.
+    #[arg(long, value_name = "NAME", value_parser = parse_consumer_name)]
+    pub checkpoint: Option<String>,
 }
 
 /// `replay` arguments.
@@ -717,6 +742,16 @@ pub struct InitArgs {
 pub struct CompletionsArgs {
     /// The shell.
     pub shell: clap_complete::Shell,
+}
+
+fn parse_correlation_id(text: &str) -> Result<uuid::Uuid, String> {
+    sandlog_runtime::core::correlation_id(text).map_err(|error| error.to_string())
+}
+
+fn parse_consumer_name(text: &str) -> Result<String, String> {
+    sandlog_runtime::eventstore::check_consumer_name(text)
+        .map(|()| text.to_owned())
+        .map_err(|error| error.to_string())
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

@@ -27,6 +27,8 @@ pub struct Output {
     /// Who acts, recorded on every event the command appends (see
     /// [`crate::commands::actor`]).
     pub actor: String,
+    /// `--correlation-id`: recorded on every event the command appends.
+    pub correlation_id: Option<uuid::Uuid>,
     /// `--wide`: whole ids in tables.
     pub wide: bool,
     /// `--format tsv`: tables as tab-separated values.
@@ -52,6 +54,7 @@ impl Output {
                 && !no_color(),
             wide: cli.wide,
             actor: crate::commands::actor(cli.actor.as_deref()),
+            correlation_id: cli.correlation_id,
             tsv: cli.format == TableFormat::Tsv,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),

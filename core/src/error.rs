@@ -23,6 +23,15 @@ pub enum CoreError {
         /// What was given.
         input: String,
     },
+    /// A correlation id was neither a UUID nor acceptable text (see
+    /// [`crate::correlation`]).
+    #[error("invalid correlation id {input:?}: {reason}")]
+    InvalidCorrelationId {
+        /// What was given (cut to a readable length).
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A workspace path was refused; the reason says why.
     #[error("invalid workspace path {path:?}: {reason}")]
     InvalidPath {
@@ -80,6 +89,7 @@ impl CoreError {
         match self {
             Self::InvalidSessionId { .. } => "invalid_session_id",
             Self::InvalidStream { .. } => "invalid_stream",
+            Self::InvalidCorrelationId { .. } => "invalid_correlation_id",
             Self::InvalidPath { .. } => "invalid_path",
             Self::InvalidTimestamp { .. } => "invalid_timestamp",
             Self::InvalidDuration { .. } => "invalid_duration",

@@ -13,6 +13,7 @@
 
 pub mod bundle;
 pub mod clock;
+pub mod correlation;
 pub mod envelope;
 pub mod error;
 pub mod escape;
@@ -27,6 +28,7 @@ pub mod policy;
 pub mod time;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use correlation::correlation_id;
 pub use envelope::{Envelope, Hash, NewEvent, append_chain_input, canonical_bytes, chain_hash};
 pub use error::CoreError;
 pub use event::{Event, Outcome, WrittenBy};

@@ -188,6 +188,23 @@ pub enum EventStoreError {
         /// What differs.
         reason: String,
     },
+    /// A consumer name or checkpoint given to a subscription was refused
+    /// (see [`crate::subscribe`]). Nothing was stored.
+    #[error("consumer {name:?}: {reason}")]
+    InvalidConsumer {
+        /// The name (cut to a readable length).
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A consumer's stored checkpoint is not a position of this log.
+    #[error("the checkpoint of consumer {name:?} is damaged: {reason}")]
+    CheckpointCorrupt {
+        /// The consumer.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A proof asked for sizes or positions the log does not have.
     #[error("{0}")]
     Merkle(sandlog_core::merkle::MerkleError),
@@ -217,6 +234,8 @@ impl EventStoreError {
             Self::Io { .. } => "io",
             Self::MerkleDamaged { .. } => "integrity",
             Self::Merkle(_) => "invalid",
+            Self::InvalidConsumer { .. } => "invalid_consumer",
+            Self::CheckpointCorrupt { .. } => "integrity",
         }
     }
 
@@ -236,6 +255,7 @@ impl EventStoreError {
                 | Self::BlobCorrupt { .. }
                 | Self::Corrupt { .. }
                 | Self::MerkleDamaged { .. }
+                | Self::CheckpointCorrupt { .. }
         )
     }
 }

@@ -4,7 +4,7 @@
 //! transaction per batch, optimistic concurrency per stream, gapless global
 //! positions, idempotent by event id), reads (by stream, by position, by
 //! filter, streamed in pages), chain verification and digests, and
-//! content-addressed blobs.
+//! content-addressed blobs, and subscriptions with consumers' checkpoints.
 //!
 //! Never does: interpret payloads (it stores and hashes bytes; projections
 //! decode them), update or delete an event, or touch workspaces.
@@ -19,6 +19,9 @@
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
 //! * [`write`]: [`EventStore::write`], the unit of work: appends to any
 //!   streams and the blobs their events name, in one transaction.
+//! * [`subscribe`]: [`EventStore::subscribe`], catch-up subscriptions
+//!   (at least once, in position order, then following other processes'
+//!   appends) and consumers' stored checkpoints.
 //! * [`blobs`]: content-addressed, compressed, chunked, erasable blobs.
 //! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
 //!   inclusion and consistency proofs.
@@ -33,6 +36,7 @@ pub mod error;
 pub mod merkle;
 pub mod read;
 pub mod sqlite;
+pub mod subscribe;
 pub mod write;
 
 pub use append::{ExpectedVersion, Head};
@@ -44,4 +48,7 @@ pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};
 pub use rusqlite;
 pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION};
+pub use subscribe::{
+    CONSUMER_NAME_BYTES_MAX, SUBSCRIBE_POLL, SubscribeFrom, Subscription, check_consumer_name,
+};
 pub use write::Write;

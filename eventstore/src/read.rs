@@ -1,6 +1,6 @@
 //! Reading the log: by stream, by global position (streamed in pages, so
 //! memory stays constant however long the log), and by filter (kind, time
-//! range, position range).
+//! range, position range, correlation id).
 
 use rusqlite::Row;
 use rusqlite::types::ValueRef;
@@ -131,6 +131,8 @@ pub struct LogFilter {
     pub to: Option<Position>,
     /// At most this many events.
     pub limit: Option<u64>,
+    /// Only events with this correlation id.
+    pub correlation: Option<Uuid>,
 }
 
 /// Streams envelopes in position order, one page at a time.
@@ -280,7 +282,7 @@ impl EventStore {
         ))
     }
 
-    fn page(&self, filter: &LogFilter, after: Position, page_size: usize) -> Result<Vec<Envelope>> {
+    pub(crate) fn page(&self, filter: &LogFilter, after: Position, page_size: usize) -> Result<Vec<Envelope>> {
         let mut conditions = vec!["position > ?1".to_owned()];
         let mut params: Vec<rusqlite::types::Value> = vec![rusqlite::types::Value::Integer(
             i64::try_from(after.0).unwrap_or(i64::MAX),
@@ -299,6 +301,10 @@ impl EventStore {
         if let Some(until) = filter.until {
             params.push(rusqlite::types::Value::Integer(until.unix_micros()));
             conditions.push(format!("recorded_at < ?{}", params.len()));
+        }
+        if let Some(correlation) = filter.correlation {
+            params.push(rusqlite::types::Value::Blob(correlation.as_bytes().to_vec()));
+            conditions.push(format!("correlation_id = ?{}", params.len()));
         }
         if let Some(to) = filter.to {
             params.push(rusqlite::types::Value::Integer(

@@ -16,6 +16,8 @@
 //!   in checked chunks (see [`crate::blobs`]).
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
 //!   (see [`crate::merkle`]); `checkpoints`: signed checkpoints issued.
+//! * `consumer_checkpoints`: the position each named subscriber has
+//!   processed up to (see [`crate::subscribe`]); it only moves forward.
 //!
 //! Read models of `sandlog-projections` live in the same file, in their own
 //! tables, so they commit atomically with the events they fold.
@@ -34,7 +36,7 @@ use crate::error::{EventStoreError, Result};
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
@@ -137,6 +139,21 @@ pub const MIGRATIONS: &[&str] = &[
     INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data)
         SELECT hash, 0, 0, length(data), hash, data FROM blobs;
     DROP TABLE blobs;
+    "#,
+    // 3 → 4: events found by correlation id (`LogFilter::correlation`);
+    // consumers' checkpoints (see `subscribe`), which only move forward.
+    r#"
+    CREATE INDEX events_by_correlation ON events (correlation_id, position)
+        WHERE correlation_id IS NOT NULL;
+    CREATE TABLE consumer_checkpoints (
+        name       TEXT    PRIMARY KEY,
+        position   INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER consumer_checkpoints_move_forward
+        BEFORE UPDATE OF position ON consumer_checkpoints
+        WHEN NEW.position < OLD.position
+    BEGIN SELECT RAISE(ABORT, 'sandlog: a consumer checkpoint only moves forward'); END;
     "#,
 ];
 

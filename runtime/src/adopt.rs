@@ -1058,7 +1058,7 @@ impl Engine {
             }
         }
         let mut events: Vec<NewEvent> = Vec::with_capacity(files.len() + 1);
-        events.push(self.event(&Event::SessionAdopted(SessionAdopted {
+        let adopted = self.event(&Event::SessionAdopted(SessionAdopted {
             session_id,
             created_at: timestamps.map(|(created, _)| created),
             updated_at: timestamps.map(|(_, updated)| updated),
@@ -1068,7 +1068,10 @@ impl Engine {
             refused: neutralised.refused.clone(),
             copied_links: neutralised.copied_links.clone(),
             unrecorded: neutralised.unrecorded,
-        })));
+        }));
+        // Each adopted file names the adoption as its cause.
+        let cause = Some(adopted.event_id.0);
+        events.push(adopted);
         for (path, (blake3, size)) in files {
             let file = FileWritten {
                 content_kept: None,
@@ -1078,7 +1081,9 @@ impl Engine {
                 blake3,
                 by: WrittenBy::Adoption,
             };
-            events.push(self.event(&Event::FileWritten(file)));
+            let mut written = self.event(&Event::FileWritten(file));
+            written.causation_id = cause;
+            events.push(written);
         }
         Ok((status, neutralised, events))
     }

@@ -124,6 +124,11 @@ pub struct EngineOptions {
     pub clock: Arc<dyn Clock>,
     /// Who is acting: `cli:<user>`, `api:<name>`.
     pub actor: String,
+    /// Recorded as the `correlation_id` of every event this engine
+    /// appends, tying them to the caller's task (see
+    /// [`sandlog_core::correlation_id`] to make one from a task's name).
+    /// Without it, a prune or reconcile run's events carry the run's id.
+    pub correlation_id: Option<uuid::Uuid>,
     /// Commit durability.
     pub durability: Durability,
     /// Where `python.wasm` and `quickjs.wasm` are; default:
@@ -160,6 +165,7 @@ impl Default for EngineOptions {
         EngineOptions {
             clock: Arc::new(SystemClock),
             actor: "api:sandlog".to_owned(),
+            correlation_id: None,
             durability: Durability::Full,
             runtimes_dir: None,
             readonly_mounts: Vec::new(),
@@ -599,8 +605,31 @@ impl Engine {
         locks.entry(session_id).or_default().clone()
     }
 
+    /// A new event by this engine's actor, with its correlation id.
     pub(crate) fn event(&self, event: &Event) -> NewEvent {
-        NewEvent::from_event(event, &self.options.actor)
+        NewEvent::from_event(event, &self.options.actor).correlated(self.options.correlation_id)
+    }
+
+    /// The correlation id for events of a run with its own id (a prune or
+    /// reconcile run): the caller's, else the run's.
+    pub(crate) fn run_correlation(&self, run_id: uuid::Uuid) -> Option<uuid::Uuid> {
+        Some(self.options.correlation_id.unwrap_or(run_id))
+    }
+
+    /// A catch-up subscription to the events matching `filter`: every
+    /// event after a position or a named consumer's checkpoint, at least
+    /// once and in position order, then what any process appends (see
+    /// [`sandlog_eventstore::subscribe`]).
+    ///
+    /// # Errors
+    ///
+    /// A bad consumer name or a damaged checkpoint; the store's errors.
+    pub fn subscribe(
+        &self,
+        from: sandlog_eventstore::SubscribeFrom,
+        filter: sandlog_eventstore::LogFilter,
+    ) -> Result<sandlog_eventstore::Subscription<'_>> {
+        Ok(self.store.subscribe(from, filter)?)
     }
 
     /// A session (or [`RuntimeError::UnknownSession`]).

@@ -653,20 +653,25 @@ impl Engine {
             missing: missing.iter().map(|file| file.path.clone()).collect(),
         };
         let appended = self.store.write(|write| -> Result<()> {
-            let mut events = vec![
-                self.event(&Event::SessionCreated(SessionCreated {
-                    session_id,
-                    labels: labels.clone(),
-                })),
-                self.event(&Event::SessionForked(forked.clone())),
-            ];
+            // The fork names the session's creation as its cause, and each
+            // copied file the fork.
+            let created = self.event(&Event::SessionCreated(SessionCreated {
+                session_id,
+                labels: labels.clone(),
+            }));
+            let mut fork = self.event(&Event::SessionForked(forked.clone()));
+            fork.causation_id = Some(created.event_id.0);
+            let cause = Some(fork.event_id.0);
+            let mut events = vec![created, fork];
             for file in &copied {
                 // Already stored (the copy came from it); the check costs
                 // no read unless it was erased meanwhile, and then the
                 // copy's bytes are stored again.
                 let mut reader = workspace.open_read(&file.path)?;
                 write.put_blob_from(&mut reader, Some(file.blake3), file.size)?;
-                events.push(self.event(&Event::FileWritten(file.clone())));
+                let mut copied = self.event(&Event::FileWritten(file.clone()));
+                copied.causation_id = cause;
+                events.push(copied);
             }
             write.append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
             Ok(())

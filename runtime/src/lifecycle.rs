@@ -237,6 +237,9 @@ struct Held<'a, 'l> {
     candidate: &'a PruneCandidate,
     lease: Lease,
     guard: MutexGuard<'l, ()>,
+    /// The event id of its recorded intent, which its completion names as
+    /// its cause.
+    intent_id: Option<Uuid>,
 }
 
 /// Removes a session's workspace directory from `workspaces` (without
@@ -385,16 +388,22 @@ impl Engine {
             tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
             return Ok(report);
         }
-        let correlation = Some(run_id);
-        let started_event = Event::PruneRunStarted(PruneRunStarted {
-            run_id,
-            policy: policy.clone(),
-            candidates: plan.candidates.len() as u64,
-        });
+        let correlation = self.run_correlation(run_id);
+        let started_event = self
+            .event(&Event::PruneRunStarted(PruneRunStarted {
+                run_id,
+                policy: policy.clone(),
+                candidates: plan.candidates.len() as u64,
+            }))
+            .correlated(correlation);
+        // Every event of the run names the one that caused it: the intents
+        // and the run's completion this start, each session's completion
+        // its intent.
+        let started_id = started_event.event_id.0;
         self.store.append(
             StreamId::System,
             ExpectedVersion::Any,
-            &[self.event(&started_event).correlated(correlation)],
+            std::slice::from_ref(&started_event),
         )?;
         let total = plan.candidates.len() as u64;
         progress(0, total);
@@ -417,7 +426,8 @@ impl Engine {
             let Some((batch, locks)) = batches.get(index) else {
                 return Vec::new();
             };
-            let (held, settled) = self.prune_take(batch, locks, policy, run_id, report);
+            let (held, settled) =
+                self.prune_take(batch, locks, policy, (run_id, started_id), report);
             // Sessions kept or failed before removal count as done.
             for _ in 0..settled {
                 advance();
@@ -467,11 +477,10 @@ impl Engine {
             reclaimed_bytes: report.reclaimed_bytes,
             duration_us: started.elapsed().as_micros() as u64,
         });
-        self.store.append(
-            StreamId::System,
-            ExpectedVersion::Any,
-            &[self.event(&completed).correlated(correlation)],
-        )?;
+        let mut completed = self.event(&completed).correlated(correlation);
+        completed.causation_id = Some(started_id);
+        self.store
+            .append(StreamId::System, ExpectedVersion::Any, &[completed])?;
         tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
         self.maybe_checkpoint(true);
         Ok(report)
@@ -486,16 +495,19 @@ impl Engine {
 
     /// Takes one batch of a prune run (see [`Engine::prune`]): each
     /// session's lock and exclusive lease, then every intent in one
-    /// append. Returns the sessions held with their intents recorded, and
-    /// how many candidates were settled otherwise (kept or failed).
+    /// append, each caused by the run's start (`run`: the run's id and its
+    /// start event's id). Returns the sessions held with their intents
+    /// recorded, and how many candidates were settled otherwise (kept or
+    /// failed).
     fn prune_take<'a, 'l>(
         &self,
         batch: &'a [PruneCandidate],
         locks: &'l [Arc<Mutex<()>>],
         policy: &PrunePolicy,
-        run_id: Uuid,
+        run: (Uuid, Uuid),
         report: &mut PruneReport,
     ) -> (Vec<Held<'a, 'l>>, usize) {
+        let (run_id, started_id) = run;
         // Held through intent, removal and completion: an execution cannot
         // start in between, and one that runs now (in this process: the
         // lock; in any: the lease) keeps its workspace.
@@ -528,6 +540,7 @@ impl Engine {
                     candidate,
                     lease,
                     guard,
+                    intent_id: None,
                 }),
                 Ok(None) => {
                     Self::prune_skip(report, session_id, BUSY_SKIP_REASON.to_owned());
@@ -559,15 +572,22 @@ impl Engine {
                         threshold_us,
                         size_bytes: candidate.bytes,
                     });
+                    let mut intent = self.event(&intent).correlated(self.run_correlation(run_id));
+                    intent.causation_id = Some(started_id);
                     (
                         candidate.session_id.stream(),
                         ExpectedVersion::Exact(candidate.version),
-                        vec![self.event(&intent).correlated(Some(run_id))],
+                        vec![intent],
                     )
                 })
                 .collect();
             match self.store.append_batch(&intents) {
-                Ok(_) => break,
+                Ok(_) => {
+                    for (held, (_, _, events)) in held.iter_mut().zip(&intents) {
+                        held.intent_id = events.first().map(|event| event.event_id.0);
+                    }
+                    break;
+                }
                 Err(EventStoreError::VersionConflict { stream, .. }) => {
                     conflicts += 1;
                     let before = held.len();
@@ -644,10 +664,12 @@ impl Engine {
                     }),
                 };
                 let session_id = held.candidate.session_id;
+                let mut done = self.event(&done).correlated(self.run_correlation(run_id));
+                done.causation_id = held.intent_id;
                 (
                     session_id.stream(),
                     ExpectedVersion::Exact(held.candidate.version.next()),
-                    vec![self.event(&done).correlated(Some(run_id))],
+                    vec![done],
                 )
             })
             .collect();
@@ -755,16 +777,18 @@ impl Engine {
         let lease =
             Lease::acquire_or_busy(&self.layout.root, session_id, LeaseMode::Exclusive, wait)?;
         let session = self.session(session_id)?;
-        let version = match session.status {
+        // The completion names the intent as its cause.
+        let (version, intent_id) = match session.status {
             SessionStatus::Active => {
-                let intent = Event::SessionDeleteRequested(SessionDeleteRequested {
+                let intent = self.event(&Event::SessionDeleteRequested(SessionDeleteRequested {
                     reason: reason.to_owned(),
-                });
+                }));
+                let intent_id = intent.event_id.0;
                 self.store
                     .append(
                         session_id.stream(),
                         ExpectedVersion::Exact(session.version),
-                        &[self.event(&intent)],
+                        std::slice::from_ref(&intent),
                     )
                     .map_err(|error| match error {
                         EventStoreError::VersionConflict { .. } => {
@@ -772,9 +796,12 @@ impl Engine {
                         }
                         other => other.into(),
                     })?;
-                session.version.next()
+                (session.version.next(), Some(intent_id))
             }
-            SessionStatus::Deleting => session.version,
+            SessionStatus::Deleting => (
+                session.version,
+                self.pending_intent(session_id)?.map(|intent| intent.0),
+            ),
             status => return Err(RuntimeError::SessionNotActive { session_id, status }),
         };
         let bytes = match self.remove_workspace(session_id) {
@@ -784,15 +811,13 @@ impl Engine {
                 return Err(error);
             }
         };
-        let done = Event::SessionDeleted(SessionDeleted {
+        let mut done = self.event(&Event::SessionDeleted(SessionDeleted {
             reason: reason.to_owned(),
             reclaimed_bytes: bytes,
-        });
-        self.store.append(
-            session_id.stream(),
-            ExpectedVersion::Exact(version),
-            &[self.event(&done)],
-        )?;
+        }));
+        done.causation_id = intent_id;
+        self.store
+            .append(session_id.stream(), ExpectedVersion::Exact(version), &[done])?;
         tracing::info!(target: "sandlog::lifecycle", event = "session.deleted", %session_id, bytes, "session deleted");
         if let Err(error) = lease.remove() {
             tracing::warn!(%session_id, %error, "removing the lease file failed");
@@ -876,14 +901,16 @@ impl Engine {
         status: SessionStatus,
         version: StreamVersion,
     ) -> Result<Option<bool>> {
+        let intent = self.pending_intent(session_id)?;
         let applier = |event: &Event| {
             let mut new = self.event(event);
             new.actor = "applier".to_owned();
+            new.causation_id = intent.map(|(intent_id, _)| intent_id);
             new
         };
         let event = match status {
             SessionStatus::Pruning => {
-                let run_id = self.pending_run_id(session_id)?;
+                let run_id = intent.and_then(|(_, run_id)| run_id);
                 match self.remove_workspace(session_id) {
                     Ok(bytes) => Event::SessionPruned(SessionPruned {
                         run_id,
@@ -971,6 +998,7 @@ impl Engine {
             });
             let mut event = self.event(&failed);
             event.actor = "applier".to_owned();
+            event.causation_id = self.pending_intent(session_id)?.map(|intent| intent.0);
             self.store.append(
                 session_id.stream(),
                 ExpectedVersion::Exact(session.version),
@@ -1007,18 +1035,32 @@ impl Engine {
     }
 
     fn pending_run_id(&self, session_id: SessionId) -> Result<Option<Uuid>> {
+        Ok(self
+            .pending_intent(session_id)?
+            .and_then(|(_, run_id)| run_id))
+    }
+
+    /// The session's last prune or delete intent: its event id (what its
+    /// completion names as cause) and, for a prune, the run's id.
+    fn pending_intent(&self, session_id: SessionId) -> Result<Option<(Uuid, Option<Uuid>)>> {
         let filter = LogFilter {
             stream: Some(session_id.stream()),
-            kinds: vec!["session.prune.requested".to_owned()],
+            kinds: vec![
+                "session.prune.requested".to_owned(),
+                "session.delete.requested".to_owned(),
+            ],
             ..LogFilter::default()
         };
-        let mut run_id = None;
+        let mut intent = None;
         for envelope in self.store.query(filter) {
-            if let Ok(Some(Event::SessionPruneRequested(intent))) = envelope?.event() {
-                run_id = Some(intent.run_id);
-            }
+            let envelope = envelope?;
+            let run_id = match envelope.event() {
+                Ok(Some(Event::SessionPruneRequested(requested))) => Some(requested.run_id),
+                _ => None,
+            };
+            intent = Some((envelope.event_id.0, run_id));
         }
-        Ok(run_id)
+        Ok(intent)
     }
 }
 

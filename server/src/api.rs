@@ -923,6 +923,7 @@ async fn log(
         from: params.from.map(Position),
         to: None,
         limit: None,
+        correlation: None,
     };
     if params.follow {
         return Ok(follow(state, filter, params.limit));

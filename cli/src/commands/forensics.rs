@@ -3,7 +3,7 @@
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
-use sandlog_runtime::eventstore::{Digest, LogFilter};
+use sandlog_runtime::eventstore::{Digest, LogFilter, SUBSCRIBE_POLL, SubscribeFrom};
 use sandlog_runtime::projections::SessionSummary;
 use sandlog_runtime::projections::replay::{self, Cut};
 use serde_json::json;
@@ -38,9 +38,10 @@ fn time_flag(
     })
 }
 
-/// How long `log --follow` sleeps between looks for new events: short
-/// enough to feel live, long enough to cost nothing while idle.
-const FOLLOW_POLL_MS: u64 = 200;
+/// How long `log --follow` waits for an event before looking whether
+/// stdout's reader has gone; the subscription itself looks for new events
+/// every `SUBSCRIBE_POLL`.
+const FOLLOW_WAIT: std::time::Duration = SUBSCRIBE_POLL;
 
 pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliError> {
     let stream = args
@@ -57,11 +58,16 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         from: args.from.map(Position),
         to: None,
         limit: args.limit,
+        correlation: args.correlation,
     };
+    if let Some(name) = args.checkpoint {
+        return log_consumer(engine, name, filter, args.follow, output);
+    }
     let unfiltered = filter.stream.is_none()
         && filter.kinds.is_empty()
         && filter.since.is_none()
-        && filter.until.is_none();
+        && filter.until.is_none()
+        && filter.correlation.is_none();
     if let (Some(tail), true) = (args.tail, unfiltered) {
         // Every position holds an event: the newest N start at head - N + 1.
         let head = engine
@@ -113,8 +119,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
             return Ok(0);
         }
     }
-    filter.limit = None;
-    let mut after = match newest {
+    let after = match newest {
         Some(position) => position,
         None => engine
             .store()
@@ -125,18 +130,58 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
                 filter.from.map_or(0, |from| from.0.saturating_sub(1)),
             )),
     };
+    let subscription = engine.subscribe(SubscribeFrom::After(after), filter)?;
+    follow(subscription, output)
+}
+
+/// `log --checkpoint NAME [--follow]`: the events after the consumer's
+/// stored checkpoint; without `--follow`, up to the head as it is now,
+/// then the checkpoint is stored.
+fn log_consumer(
+    engine: &Engine,
+    name: String,
+    filter: LogFilter,
+    follow_on: bool,
+    output: &Output,
+) -> Result<u8, CliError> {
+    let mut subscription = engine.subscribe(SubscribeFrom::Checkpoint(name), filter)?;
+    if follow_on {
+        return follow(subscription, output);
+    }
+    let store_error = sandlog_runtime::RuntimeError::from;
+    while let Some(envelope) = subscription
+        .next_event(std::time::Duration::ZERO)
+        .map_err(store_error)?
+    {
+        if !follow_line(output, &envelope)? {
+            // The reader went before this event was printed: it is not
+            // stored as processed.
+            return Ok(0);
+        }
+    }
+    subscription.commit().map_err(store_error)?;
+    Ok(0)
+}
+
+/// Prints every event the subscription delivers until stdout's reader
+/// goes away (or the process is interrupted). Each line is flushed before
+/// the next event is asked for, which is what lets a consumer's checkpoint
+/// move past it.
+fn follow(
+    mut subscription: sandlog_runtime::eventstore::Subscription<'_>,
+    output: &Output,
+) -> Result<u8, CliError> {
     loop {
-        std::thread::sleep(std::time::Duration::from_millis(FOLLOW_POLL_MS));
         if stdout_reader_gone() {
             return Ok(0);
         }
-        filter.from = Some(Position(after.0.saturating_add(1)));
-        for envelope in engine.store().query(filter.clone()) {
-            let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
-            after = envelope.position;
-            if !follow_line(output, &envelope)? {
-                return Ok(0);
-            }
+        let next = subscription
+            .next_event(FOLLOW_WAIT)
+            .map_err(sandlog_runtime::RuntimeError::from)?;
+        if let Some(envelope) = next
+            && !follow_line(output, &envelope)?
+        {
+            return Ok(0);
         }
     }
 }
@@ -209,9 +254,19 @@ fn log_row(output: &Output, envelope: &sandlog_runtime::core::Envelope) -> Vec<S
         stream,
         render::escaped(&envelope.kind),
         render::escaped(&envelope.actor),
-        render::describe(envelope),
+        describe_with_correlation(envelope),
         render::hash(output, &envelope.hash.to_hex()),
     ]
+}
+
+/// The `what` cell, followed by the correlation id when there is one.
+fn describe_with_correlation(envelope: &sandlog_runtime::core::Envelope) -> String {
+    let what = render::describe(envelope);
+    match envelope.correlation_id {
+        Some(correlation) if what.is_empty() => format!("correlation {correlation}"),
+        Some(correlation) => format!("{what} (correlation {correlation})"),
+        None => what,
+    }
 }
 
 /// Parses `--at POS|TIME`: an integer is a position; otherwise an RFC 3339

@@ -142,6 +142,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
         root,
         EngineOptions {
             actor: output.actor.clone(),
+            correlation_id: output.correlation_id,
             create,
             on_compile: output.compile_observer(),
             ..EngineOptions::default()

@@ -286,7 +286,7 @@ impl Engine {
             errors: report.errors.len() as u64,
             duration_us: started.elapsed().as_micros() as u64,
         });
-        let mut event = self.event(&completed).correlated(Some(run_id));
+        let mut event = self.event(&completed).correlated(self.run_correlation(run_id));
         event.actor = "applier".to_owned();
         self.store
             .append(StreamId::System, ExpectedVersion::Any, &[event])?;
@@ -301,7 +301,7 @@ impl Engine {
         report: &mut ReconcileReport,
     ) -> Result<()> {
         let applier_event = |event: &Event| {
-            let mut new = self.event(event).correlated(Some(run_id));
+            let mut new = self.event(event).correlated(self.run_correlation(run_id));
             new.actor = "applier".to_owned();
             new
         };
