@@ -53,7 +53,8 @@ pub fn correlation_id(text: &str) -> Result<Uuid, CoreError> {
             "it contains control characters (newline, tab, escape); give printable text",
         ));
     }
-    Ok(Uuid::try_parse(text).unwrap_or_else(|_| Uuid::new_v5(&CORRELATION_NAMESPACE, text.as_bytes())))
+    Ok(Uuid::try_parse(text)
+        .unwrap_or_else(|_| Uuid::new_v5(&CORRELATION_NAMESPACE, text.as_bytes())))
 }
 
 #[cfg(test)]

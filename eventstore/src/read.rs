@@ -282,7 +282,12 @@ impl EventStore {
         ))
     }
 
-    pub(crate) fn page(&self, filter: &LogFilter, after: Position, page_size: usize) -> Result<Vec<Envelope>> {
+    pub(crate) fn page(
+        &self,
+        filter: &LogFilter,
+        after: Position,
+        page_size: usize,
+    ) -> Result<Vec<Envelope>> {
         let mut conditions = vec!["position > ?1".to_owned()];
         let mut params: Vec<rusqlite::types::Value> = vec![rusqlite::types::Value::Integer(
             i64::try_from(after.0).unwrap_or(i64::MAX),
@@ -303,7 +308,9 @@ impl EventStore {
             conditions.push(format!("recorded_at < ?{}", params.len()));
         }
         if let Some(correlation) = filter.correlation {
-            params.push(rusqlite::types::Value::Blob(correlation.as_bytes().to_vec()));
+            params.push(rusqlite::types::Value::Blob(
+                correlation.as_bytes().to_vec(),
+            ));
             conditions.push(format!("correlation_id = ?{}", params.len()));
         }
         if let Some(to) = filter.to {

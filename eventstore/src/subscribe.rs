@@ -290,10 +290,11 @@ impl EventStore {
                     ),
                 });
             }
-            let stored = i64::try_from(position.0).map_err(|_| EventStoreError::InvalidConsumer {
-                name: name.to_owned(),
-                reason: format!("position {position} is out of range"),
-            })?;
+            let stored =
+                i64::try_from(position.0).map_err(|_| EventStoreError::InvalidConsumer {
+                    name: name.to_owned(),
+                    reason: format!("position {position} is out of range"),
+                })?;
             transaction.execute(
                 "INSERT INTO consumer_checkpoints (name, position, updated_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (name) DO UPDATE SET position = excluded.position, \
@@ -306,12 +307,12 @@ impl EventStore {
                 [name],
                 |row| row.get(0),
             )?;
-            u64::try_from(now_stored)
-                .map(Position)
-                .map_err(|_| EventStoreError::CheckpointCorrupt {
+            u64::try_from(now_stored).map(Position).map_err(|_| {
+                EventStoreError::CheckpointCorrupt {
                     name: name.to_owned(),
                     reason: format!("its position {now_stored} is negative"),
-                })
+                }
+            })
         })
     }
 }

@@ -816,8 +816,11 @@ impl Engine {
             reclaimed_bytes: bytes,
         }));
         done.causation_id = intent_id;
-        self.store
-            .append(session_id.stream(), ExpectedVersion::Exact(version), &[done])?;
+        self.store.append(
+            session_id.stream(),
+            ExpectedVersion::Exact(version),
+            &[done],
+        )?;
         tracing::info!(target: "sandlog::lifecycle", event = "session.deleted", %session_id, bytes, "session deleted");
         if let Err(error) = lease.remove() {
             tracing::warn!(%session_id, %error, "removing the lease file failed");

@@ -37,3 +37,6 @@ mod proofs;
 /// The forensic HTML report: parsed, escaped, bounded, and rendered in
 /// headless Chromium.
 mod report;
+/// Catch-up subscriptions and consumer checkpoints; a follower process
+/// killed and resumed while another appends.
+mod subscribe;

@@ -286,7 +286,9 @@ impl Engine {
             errors: report.errors.len() as u64,
             duration_us: started.elapsed().as_micros() as u64,
         });
-        let mut event = self.event(&completed).correlated(self.run_correlation(run_id));
+        let mut event = self
+            .event(&completed)
+            .correlated(self.run_correlation(run_id));
         event.actor = "applier".to_owned();
         self.store
             .append(StreamId::System, ExpectedVersion::Any, &[event])?;
