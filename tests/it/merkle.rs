@@ -141,6 +141,7 @@ fn a_store_from_before_the_tree_gets_it_on_open() -> TestResult {
         connection.execute_batch(
             "DROP TABLE merkle_nodes; DROP TABLE checkpoints; DROP TABLE blob_index; DROP TABLE blob_chunks; \
              CREATE TABLE blobs (hash BLOB PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL); \
+             DROP TABLE consumer_checkpoints; DROP INDEX events_by_correlation; \
              PRAGMA user_version = 1;",
         )?;
     }

@@ -20,6 +20,7 @@ pub fn sandlog(root: &Path) -> Command {
         .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
     command
         .env_remove("SANDLOG_ROOT")
+        .env_remove("SANDLOG_CORRELATION_ID")
         .env("SANDLOG_RUNTIMES_DIR", runtimes)
         .env("SANDLOG_CACHE_DIR", cache)
         .env("NO_COLOR", "1")
