@@ -53,11 +53,10 @@ pub struct Cli {
     pub actor: Option<String>,
 
     /// Recorded as the correlation id of every event this command appends,
-    /// tying them to a task (`log --correlation ID` finds them; else
-    /// $SANDLOG_CORRELATION_ID). A UUID is taken as is; any other text (at
-    /// most 256 bytes, no control characters), such as a task id, is the
-    /// UUIDv5 of its UTF-8 bytes in the namespace
-    /// f2aedca4-b590-5fd0-8ac0-f89f6a851145.
+    /// tying them to a task (`log --correlation ID` finds them). A UUID is
+    /// taken as is; any other text (at most 256 bytes, no control
+    /// characters), such as a task id, is the UUIDv5 of its UTF-8 bytes in
+    /// the namespace f2aedca4-b590-5fd0-8ac0-f89f6a851145.
     #[arg(
         long,
         global = true,

@@ -186,6 +186,8 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
         run(
             &root,
             &[
+                "--correlation-id",
+                "task-1",
                 "exec",
                 &id,
                 "--code",

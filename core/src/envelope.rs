@@ -180,9 +180,10 @@ pub struct NewEvent {
     pub schema: u32,
     /// Who asked: `cli:<user>`, `api:<name>`, `applier`, `guest`.
     pub actor: String,
-    /// Ties a run's events together.
+    /// Ties the events of one task together (see
+    /// [`Envelope::correlation_id`]).
     pub correlation_id: Option<Uuid>,
-    /// The event (or command) that caused this one.
+    /// The event that caused this one.
     pub causation_id: Option<Uuid>,
     /// The payload as JSON bytes, stored and hashed exactly as given.
     pub payload: Vec<u8>,
@@ -228,9 +229,13 @@ pub struct Envelope {
     pub recorded_at: Timestamp,
     /// Who asked.
     pub actor: String,
-    /// Ties a run's events together.
+    /// Ties the events of one task together: the caller's
+    /// `--correlation-id` (a task id maps to a UUIDv5, see
+    /// `sandlog_core::correlation`), else a prune or reconcile run's id.
     pub correlation_id: Option<Uuid>,
-    /// The cause.
+    /// The event id of the event that caused this one, among the events of
+    /// one command (an execution for its files, an intent for its
+    /// completion).
     pub causation_id: Option<Uuid>,
     /// The payload JSON bytes, exactly as hashed.
     #[serde(serialize_with = "serialize_payload")]

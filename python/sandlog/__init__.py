@@ -387,15 +387,22 @@ class Engine:
         return cls(_sandlog.Engine.open(path))
 
     @classmethod
-    def open(cls, root: PathLike, *, store: Optional[str] = None) -> "Engine":
+    def open(
+        cls, root: PathLike, *, store: Optional[str] = None, correlation_id: Optional[str] = None
+    ) -> "Engine":
         """Opens an existing root; raises :class:`NotFound` if there is none.
 
         ``store`` is reserved for other event stores; only the embedded
-        SQLite store (``None``) is supported yet."""
+        SQLite store (``None``) is supported yet. ``correlation_id`` (a task
+        id such as ``"task-42"``, or a UUID) is recorded on every event this
+        handle appends, as the CLI's ``--correlation-id`` records it;
+        ``sandlog log --correlation task-42`` finds them."""
         path = _path("root", root)
         if store is not None:
             raise InvalidInput(f"store {store!r}: only the embedded SQLite store is supported yet; pass store=None")
-        return cls(_sandlog.Engine.open(path))
+        if correlation_id is not None and not isinstance(correlation_id, str):
+            raise TypeError(f"correlation_id must be a str, not {type(correlation_id).__name__}")
+        return cls(_sandlog.Engine.open(path, correlation_id))
 
     def close(self) -> None:
         """Closes this handle. Calls already running in other threads finish."""

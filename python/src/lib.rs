@@ -221,12 +221,18 @@ impl PyEngine {
         })
     }
 
-    /// Opens an existing root.
+    /// Opens an existing root; `correlation_id` (a task id or a UUID) is
+    /// recorded on every event this engine appends.
     #[staticmethod]
-    fn open(py: Python<'_>, root: PathBuf) -> PyResult<PyEngine> {
+    #[pyo3(signature = (root, correlation_id=None))]
+    fn open(py: Python<'_>, root: PathBuf, correlation_id: Option<String>) -> PyResult<PyEngine> {
         let engine = run(py, move || {
             let options = EngineOptions {
                 actor: "api:python".to_owned(),
+                correlation_id: correlation_id
+                    .as_deref()
+                    .map(sandlog_runtime::core::correlation_id)
+                    .transpose()?,
                 ..EngineOptions::default()
             };
             Ok(Engine::open(&root, options)?)

@@ -40,6 +40,24 @@ def test_open_without_a_root_is_not_found(tmp_path: Path) -> None:
     assert not (tmp_path / "sandlog.db").exists()
 
 
+def test_open_with_a_correlation_id_records_it_on_every_event(root: Path) -> None:
+    sandlog.Engine.init(root).close()
+    with sandlog.Engine.open(root, correlation_id="task-42") as engine:
+        sid = engine.create_session()
+        engine.write_file(sid, "a.txt", b"a")
+        events = [event for event in engine.log() if event["stream"] == f"session/{sid}"]
+    # uuid5(f2aedca4-b590-5fd0-8ac0-f89f6a851145, "task-42"), as the CLI maps it.
+    expected = str(uuid.uuid5(uuid.UUID("f2aedca4-b590-5fd0-8ac0-f89f6a851145"), "task-42"))
+    assert [event["correlation_id"] for event in events] == [expected, expected]
+    with sandlog.Engine.open(root) as engine:
+        engine.create_session()
+        assert list(engine.log())[-1]["correlation_id"] is None
+    with pytest.raises(sandlog.InvalidInput, match="correlation id"):
+        sandlog.Engine.open(root, correlation_id="bad\nid")
+    with pytest.raises(TypeError):
+        sandlog.Engine.open(root, correlation_id=42)  # type: ignore[arg-type]
+
+
 def test_open_accepts_only_the_embedded_store(root: Path) -> None:
     sandlog.Engine.init(root).close()
     with pytest.raises(sandlog.InvalidInput, match="only the embedded SQLite store is supported yet"):
