@@ -16,7 +16,7 @@
 
 use std::error::Error;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandlog_core::{EventId, NewEvent, SessionId, StreamId};
@@ -28,7 +28,7 @@ use sandlog_eventstore::{
 /// so the follower sees interleaved streams, as a real log has.
 const STREAMS: usize = 4;
 
-fn append(database: &PathBuf, count: u64) -> Result<(), Box<dyn Error>> {
+fn append(database: &Path, count: u64) -> Result<(), Box<dyn Error>> {
     let store = EventStore::open(
         database,
         OpenOptions::default().durability(Durability::Normal),
@@ -60,7 +60,7 @@ fn append(database: &PathBuf, count: u64) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn follow(database: &PathBuf, name: &str) -> Result<(), Box<dyn Error>> {
+fn follow(database: &Path, name: &str) -> Result<(), Box<dyn Error>> {
     let store = EventStore::open(database, OpenOptions::default())?;
     let mut subscription = store.subscribe(
         SubscribeFrom::Checkpoint(name.to_owned()),
