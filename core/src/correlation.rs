@@ -13,15 +13,16 @@ use uuid::Uuid;
 
 use crate::error::CoreError;
 
+const _: () = assert!(
+    CORRELATION_TEXT_BYTES_MAX == 256,
+    "the messages name the limit"
+);
+
 /// The namespace of name-based correlation ids: itself the UUIDv5 of
 /// `urn:sandlog:correlation-id` in the URL namespace of RFC 9562.
 pub const CORRELATION_NAMESPACE: Uuid = Uuid::from_u128(0xf2ae_dca4_b590_5fd0_8ac0_f89f_6a85_1145);
 
-/// Longest correlation text accepted, in bytes. Task ids, ticket numbers
-/// and URLs fit; the text itself is not stored (only its UUID), so the
-/// bound only keeps a mistaken argument (a file's contents) from being
-/// taken for a name.
-pub const CORRELATION_TEXT_BYTES_MAX: usize = 256;
+pub use crate::limits::CORRELATION_TEXT_BYTES_MAX;
 
 /// The correlation id for `text`: a UUID in any form the `uuid` crate
 /// parses (hyphenated, 32 hex digits, braced, `urn:uuid:`) is that UUID;
@@ -45,7 +46,7 @@ pub fn correlation_id(text: &str) -> Result<Uuid, CoreError> {
     }
     if text.len() > CORRELATION_TEXT_BYTES_MAX {
         return Err(refuse(
-            "it is longer than 256 bytes; give a short task id, or a UUID",
+            "it is longer than CORRELATION_TEXT_BYTES_MAX = 256 bytes; give a short task id, or a UUID",
         ));
     }
     if text.chars().any(char::is_control) {

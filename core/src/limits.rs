@@ -36,6 +36,12 @@ pub const ACTOR_BYTES_MAX: usize = 256;
 /// Longest event kind name, in bytes.
 pub const KIND_BYTES_MAX: usize = 128;
 
+/// Longest correlation text (a task id mapped to a correlation id, see
+/// [`crate::correlation`]), in bytes. Task ids, ticket numbers and URLs
+/// fit; only the UUID is stored, so the bound only keeps a mistaken
+/// argument (a file's contents) from being taken for a name.
+pub const CORRELATION_TEXT_BYTES_MAX: usize = 256;
+
 /// Most labels on one session, and longest label key / value in bytes.
 pub const LABELS_MAX: usize = 64;
 /// Longest label key or value, in bytes.
