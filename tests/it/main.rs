@@ -1,4 +1,7 @@
 //! sandlog integration tests: one binary, one module per area.
+/// Correlation ids and causation through the engine, the applier
+/// included.
+mod correlation;
 /// SIGKILL at random points, with real processes.
 mod crash;
 /// The engine end to end with the real python.wasm.
