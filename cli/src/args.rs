@@ -598,6 +598,11 @@ pub struct PruneArgs {
     /// Keep at most SIZE in active sessions (delete the oldest beyond).
     #[arg(long, value_name = "SIZE")]
     pub max_bytes: Option<String>,
+    /// Only sessions of this task group: the age and the caps apply to the
+    /// group's sessions alone (--max-sessions 2 keeps the group's newest
+    /// two).
+    #[arg(long, value_name = "G")]
+    pub group: Option<String>,
 }
 
 /// `reconcile` arguments.

@@ -256,6 +256,7 @@ pub fn describe_exact(envelope: &Envelope) -> String {
                 sandlog_runtime::core::WrittenBy::Adoption => "found",
                 sandlog_runtime::core::WrittenBy::Host => "host wrote",
                 sandlog_runtime::core::WrittenBy::Guest => "guest wrote",
+                sandlog_runtime::core::WrittenBy::Native => "native work wrote",
             },
             file.path,
             format_size(file.size),

@@ -441,6 +441,7 @@ impl PyEngine {
                 max_deletions,
                 max_sessions,
                 max_total_bytes: max_bytes,
+                group: None,
             };
             json(&engine.prune(&policy, dry_run, &|_, _| {})?)
         })

@@ -654,9 +654,14 @@ impl Engine {
         };
         let appended = self.store.write(|write| -> Result<()> {
             let mut events = vec![
+                // A fork stays in its origin's task group, under the same
+                // size limit and with the same read-only directories.
                 self.event(&Event::SessionCreated(SessionCreated {
                     session_id,
                     labels: labels.clone(),
+                    group: past.state.group.clone(),
+                    max_size: past.state.max_size,
+                    readonly: past.state.readonly.clone(),
                 })),
                 self.event(&Event::SessionForked(forked.clone())),
             ];

@@ -1083,6 +1083,7 @@ async fn prune(
             .map(parse_size)
             .transpose()
             .map_err(invalid)?,
+        group: None,
     };
     let dry_run = body.dry_run;
     let report = blocking(&state, move |engine| {
