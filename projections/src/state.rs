@@ -322,11 +322,7 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
     session.version = session.version.max(envelope.version);
     session.last_position = session.last_position.max(envelope.position);
     match event {
-        Event::NativeCompleted(completed) => {
-            if completed.exit_code == Some(0) {
-                session.touch(at);
-            }
-        }
+        Event::NativeCompleted(completed) if completed.exit_code == Some(0) => session.touch(at),
         Event::SessionExecuted(executed) => {
             session.exec_count += 1;
             session.last_outcome = Some(executed.outcome);
