@@ -332,7 +332,7 @@ fn check_context(context: &[ContextFile], quota: u64) -> Result<()> {
     }
     let mut paths = BTreeSet::new();
     let mut total: u64 = 0;
-    for file in &context[..] {
+    for file in context {
         if !paths.insert(&file.path) {
             return Err(invalid(
                 "context",
