@@ -296,6 +296,7 @@ fn groups_scope_listing_and_prune() -> TestResult {
                 })?
                 .session_id,
         );
+        root.clock.advance(Duration::from_secs(60));
     }
     let loose = root.engine.create_session(BTreeMap::new())?.session_id;
     let ids = |sessions: Vec<sandlog_projections::query::SessionSummary>| -> Vec<SessionId> {
