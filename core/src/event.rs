@@ -32,6 +32,20 @@ pub enum WrittenBy {
     /// adoption's `file.written` events would have to claim `Host` and
     /// would reset `updated_at` to the moment of adoption.
     Adoption,
+    /// A trusted native process working in the workspace: a command run by
+    /// `sandlog run`, or changes found by `session sync` and attributed to
+    /// the actor that made them. Activity, like a host write.
+    Native,
+}
+
+impl WrittenBy {
+    /// Whether a change by this writer is activity that moves the
+    /// session's `updated_at` on its own (M2): host and native writes are;
+    /// guest writes ride on their execution, and an adoption's inventory
+    /// is not (M4).
+    pub fn is_activity(self) -> bool {
+        matches!(self, WrittenBy::Host | WrittenBy::Native)
+    }
 }
 
 /// How an execution ended. Each limit hit is its own outcome.
@@ -96,6 +110,112 @@ pub struct SessionCreated {
     /// Free-form labels given at creation.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The task group it belongs to (a task id, say), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Its size limit, bytes (apparent size of the workspace's files), if
+    /// one was set at creation; else the root's `session.max_size` applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u64>,
+    /// Host directories its executions see read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readonly: Vec<ReadonlyDir>,
+}
+
+impl SessionCreated {
+    /// A session with labels only: no group, size limit or read-only
+    /// directories.
+    pub fn new(session_id: SessionId, labels: BTreeMap<String, String>) -> SessionCreated {
+        SessionCreated {
+            session_id,
+            labels,
+            group: None,
+            max_size: None,
+            readonly: Vec::new(),
+        }
+    }
+}
+
+/// A host directory a session's executions see read-only, declared when
+/// the session was created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadonlyDir {
+    /// The directory on the host: an absolute path, valid UTF-8.
+    pub host_path: String,
+    /// Where the guest sees it (absolute, for example `/data/task`).
+    pub guest_path: String,
+}
+
+/// A workspace found larger than its session's size limit after native
+/// work (which sandlog records but cannot stop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeExceeded {
+    /// The workspace's files, bytes.
+    pub bytes: u64,
+    /// The session's limit, bytes.
+    pub max_size: u64,
+}
+
+/// `native.started`: a trusted native command began in the workspace
+/// (`sandlog run`). Appended before the command starts, so a run whose
+/// recorder was killed still shows in the log, without its completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeStarted {
+    /// The command line, each argument in the escaped text form of
+    /// `docs/names.md` (lossless for arguments that are not UTF-8).
+    pub argv: Vec<String>,
+}
+
+/// `native.completed`: the command of the `native.started` this event's
+/// causation names ended; the files it changed follow as `file.written` /
+/// `file.deleted` events (`by: native`) caused by this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeCompleted {
+    /// The exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Wall time, microseconds.
+    pub duration_us: u64,
+    /// Bytes of stdout kept (after truncation).
+    pub stdout_bytes: u64,
+    /// blake3 of stdout kept.
+    pub stdout_blake3: Hash,
+    /// Whether stdout was longer than what was kept.
+    pub stdout_truncated: bool,
+    /// Bytes of stderr kept (after truncation).
+    pub stderr_bytes: u64,
+    /// blake3 of stderr kept.
+    pub stderr_blake3: Hash,
+    /// Whether stderr was longer than what was kept.
+    pub stderr_truncated: bool,
+    /// The host's scan of the workspace afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Box<ExecutionScan>>,
+    /// What was kept as evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<ExecEvidence>,
+    /// Set when the workspace is past the session's size limit afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_exceeded: Option<SizeExceeded>,
+}
+
+/// `session.synced`: changes made in the workspace outside sandlog since
+/// the last record, found by `session sync` and attributed to the actor;
+/// the files follow as `file.written` / `file.deleted` events
+/// (`by: native`) caused by this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSynced {
+    /// The host's scan of the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Box<ExecutionScan>>,
+    /// What was kept as evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<ExecEvidence>,
+    /// Set when the workspace is past the session's size limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_exceeded: Option<SizeExceeded>,
 }
 
 /// `session.adopted`: an existing workspace directory was imported.
@@ -726,6 +846,9 @@ events! {
     RootConfigured(RootConfigured) = "root.configured", schema 1;
     KernelRestarted(KernelRestarted) = "kernel.restarted", schema 1;
     KernelEvicted(KernelEvicted) = "kernel.evicted", schema 1;
+    NativeStarted(NativeStarted) = "native.started", schema 1;
+    NativeCompleted(NativeCompleted) = "native.completed", schema 1;
+    SessionSynced(SessionSynced) = "session.synced", schema 1;
 }
 
 /// Serialises a payload struct.

@@ -21,6 +21,10 @@ pub struct PrunePolicy {
     /// Keep at most this many bytes in active sessions; delete the oldest
     /// until the rest fit.
     pub max_total_bytes: Option<u64>,
+    /// Only sessions of this task group: candidates, and the totals the
+    /// retention limits count, are the group's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl PrunePolicy {

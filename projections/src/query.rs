@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, Row, params};
-use sandlog_core::event::Outcome;
+use sandlog_core::event::{Outcome, ReadonlyDir};
 use sandlog_core::{Hash, PrunePolicy, SessionId, StreamVersion, Timestamp, WorkspacePath};
 use sandlog_eventstore::EventStore;
 use serde::Serialize;
@@ -47,6 +47,16 @@ pub struct SessionSummary {
     /// erased while held).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<String>,
+    /// The task group given at creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The size limit given at creation, bytes (else the root's default
+    /// applies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u64>,
+    /// Host directories its executions see read-only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub readonly: Vec<ReadonlyDir>,
 }
 
 impl From<&SessionState> for SessionSummary {
@@ -64,6 +74,9 @@ impl From<&SessionState> for SessionSummary {
             labels: session.labels.clone(),
             version: session.version,
             held: session.held.clone(),
+            group: session.group.clone(),
+            max_size: session.max_size,
+            readonly: session.readonly.clone(),
         }
     }
 }
@@ -160,7 +173,7 @@ fn insert_into_tree(level: &mut BTreeMap<String, TreeNode>, components: &[&str],
     }
 }
 
-const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held";
+const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
     let corrupt = |what: String| ProjectionError::Corrupt(what);
@@ -196,6 +209,12 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
             .map_err(|error| corrupt(format!("labels: {error}")))?,
         version: StreamVersion(u64::try_from(row.get::<_, i64>(10)?).unwrap_or(0)),
         held: row.get(11)?,
+        group: row.get(12)?,
+        max_size: row
+            .get::<_, Option<i64>>(13)?
+            .map(|size| u64::try_from(size).unwrap_or(0)),
+        readonly: crate::read_model::decode_readonly(row.get::<_, Option<String>>(14)?.as_deref())
+            .map_err(|error| corrupt(format!("readonly: {error}")))?,
     })
 }
 
@@ -236,17 +255,35 @@ pub fn session_file(
 /// Sessions, optionally of one status, oldest created first (legacy, which
 /// have no creation time, first).
 pub fn sessions(store: &EventStore, status: Option<SessionStatus>) -> Result<Vec<SessionSummary>> {
+    sessions_where(store, status, None)
+}
+
+/// Sessions, optionally of one status and of one task group, oldest
+/// first.
+pub fn sessions_where(
+    store: &EventStore,
+    status: Option<SessionStatus>,
+    group: Option<&str>,
+) -> Result<Vec<SessionSummary>> {
     store.with_reader(|connection| {
-        let sql = match status {
-            Some(_) => format!(
-                "SELECT {SUMMARY_COLUMNS} FROM rm_sessions WHERE status = ?1 ORDER BY created_at, session_id"
-            ),
-            None => format!("SELECT {SUMMARY_COLUMNS} FROM rm_sessions ORDER BY created_at, session_id"),
+        // Only the conditions given, so SQLite can use the status and
+        // group indexes.
+        let condition = match (status, group) {
+            (None, None) => "",
+            (Some(_), None) => "WHERE status = ?1",
+            (None, Some(_)) => "WHERE group_name = ?2",
+            (Some(_), Some(_)) => "WHERE status = ?1 AND group_name = ?2",
         };
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM rm_sessions {condition} ORDER BY created_at, session_id"
+        );
         let mut statement = connection.prepare_cached(&sql)?;
-        let mut rows = match status {
-            Some(status) => statement.query([status.as_str()])?,
-            None => statement.query([])?,
+        let status = status.map(SessionStatus::as_str);
+        let mut rows = match (status, group) {
+            (None, None) => statement.query([])?,
+            (Some(status), None) => statement.query(params![status])?,
+            (None, Some(group)) => statement.query(params![rusqlite::types::Null, group])?,
+            (Some(status), Some(group)) => statement.query(params![status, group])?,
         };
         let mut sessions = Vec::new();
         while let Some(row) = rows.next()? {
@@ -335,8 +372,24 @@ pub fn prune_candidates(
     store.with_reader(|connection| {
         // The totals are kept by the read model (counting 100,000 rows took
         // most of a retention query's time).
+        let group = policy.group.as_deref();
         let (active_sessions, active_bytes) = if PrunePlanner::needs_totals(policy) {
-            load_active_totals(connection)?
+            match group {
+                None => load_active_totals(connection)?,
+                // A group's totals are not kept; a group is a task's few
+                // sessions, counted through the group index.
+                Some(group) => connection
+                    .prepare_cached(
+                        "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
+                         WHERE group_name = ?1 AND status = 'active'",
+                    )?
+                    .query_row([group], |row| {
+                        Ok((
+                            u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                            u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
+                        ))
+                    })?,
+            }
         } else {
             (0, 0)
         };
@@ -355,11 +408,21 @@ pub fn prune_candidates(
             held
         };
         {
-            let mut statement = connection.prepare_cached(
-                "SELECT session_id, updated_at, bytes, version FROM rm_sessions \
-                 WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL ORDER BY updated_at, session_id",
-            )?;
-            let mut rows = statement.query([])?;
+            let mut statement = connection.prepare_cached(match group {
+                None => {
+                    "SELECT session_id, updated_at, bytes, version, NULL FROM rm_sessions \
+                     WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL ORDER BY updated_at, session_id"
+                }
+                Some(_) => {
+                    "SELECT session_id, updated_at, bytes, version, group_name FROM rm_sessions \
+                     WHERE group_name = ?1 AND status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
+                     ORDER BY updated_at, session_id"
+                }
+            })?;
+            let mut rows = match group {
+                None => statement.query([])?,
+                Some(group) => statement.query([group])?,
+            };
             while let Some(row) = rows.next()? {
                 let session_id = session_id_column(row, 0)?;
                 let session = ActiveSession {
@@ -376,6 +439,10 @@ pub fn prune_candidates(
                     break;
                 }
             }
+        }
+        // Legacy sessions belong to no group: a group's run skips none.
+        if group.is_some() {
+            return Ok(PrunePlan { candidates: planner.finish(), skipped });
         }
         let mut statement = connection
             .prepare_cached("SELECT session_id FROM rm_sessions WHERE status = 'active' AND legacy = 1 ORDER BY session_id")?;

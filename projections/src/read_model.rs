@@ -23,7 +23,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use sandlog_core::event::{Event, Outcome};
+use sandlog_core::event::{Event, Outcome, ReadonlyDir};
 use sandlog_core::{
     CoreError, Envelope, Hash, Position, SessionId, StreamId, StreamVersion, Timestamp,
     WorkspacePath,
@@ -42,7 +42,9 @@ use crate::state::{
 /// `rm_totals` holds the active totals.
 /// 3: sessions get an integer `session_key` in first-written order, and
 /// `rm_files` is keyed by it (see the schema).
-pub const READ_MODEL_VERSION: i64 = 4;
+/// 5: sessions keep their task group, size limit and read-only
+/// directories (`group_name`, `max_size`, `readonly`).
+pub const READ_MODEL_VERSION: i64 = 5;
 
 /// Events folded per chunk during catch-up and rebuild. Bounds the memory
 /// of the partial state (it is flushed and cleared per chunk) and, for a
@@ -77,8 +79,13 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
     labels        TEXT    NOT NULL,
     version       INTEGER NOT NULL,
     last_position INTEGER NOT NULL,
-    held          TEXT
+    held          TEXT,
+    group_name    TEXT,
+    max_size      INTEGER,
+    readonly      TEXT
 );
+CREATE INDEX IF NOT EXISTS rm_sessions_by_group
+    ON rm_sessions (group_name) WHERE group_name IS NOT NULL;
 -- Prune candidates: active, not legacy, oldest first; covering, so the
 -- candidate scan never touches the table. session_id comes right after
 -- updated_at so the index order is exactly the candidates' order
@@ -124,6 +131,24 @@ CREATE TABLE IF NOT EXISTS rm_totals (
 const DROP: &str = "DROP TABLE IF EXISTS rm_checkpoint; DROP TABLE IF EXISTS rm_sessions; \
                     DROP TABLE IF EXISTS rm_files; DROP TABLE IF EXISTS rm_stats; \
                     DROP TABLE IF EXISTS rm_totals; DROP TABLE IF EXISTS rm_blob_refs;";
+
+/// The `readonly` column: NULL for none, else a JSON array.
+pub(crate) fn encode_readonly(readonly: &[ReadonlyDir]) -> Result<Option<String>> {
+    if readonly.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(readonly)
+        .map(Some)
+        .map_err(|error| corrupt(error.to_string()))
+}
+
+/// Reads the `readonly` column back.
+pub(crate) fn decode_readonly(text: Option<&str>) -> serde_json::Result<Vec<ReadonlyDir>> {
+    match text {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text),
+    }
+}
 
 fn corrupt(what: impl Into<String>) -> ProjectionError {
     ProjectionError::Corrupt(what.into())
@@ -218,7 +243,8 @@ fn load_keyed_session(
     let row = connection
         .prepare_cached(
             "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
-             labels, version, last_position, session_key, held FROM rm_sessions WHERE session_id = ?1",
+             labels, version, last_position, session_key, held, group_name, max_size, readonly \
+             FROM rm_sessions WHERE session_id = ?1",
         )?
         .query_row([&id_text], |row| {
             Ok((
@@ -235,6 +261,9 @@ fn load_keyed_session(
                 row.get::<_, i64>(10)?,
                 row.get::<_, i64>(11)?,
                 row.get::<_, Option<String>>(12)?,
+                row.get::<_, Option<String>>(13)?,
+                row.get::<_, Option<i64>>(14)?,
+                row.get::<_, Option<String>>(15)?,
             ))
         })
         .optional()?;
@@ -252,6 +281,9 @@ fn load_keyed_session(
         last_position,
         session_key,
         held,
+        group,
+        max_size,
+        readonly,
     )) = row
     else {
         return Ok(None);
@@ -267,6 +299,8 @@ fn load_keyed_session(
     };
     let labels: BTreeMap<String, String> = serde_json::from_str(&labels)
         .map_err(|error| corrupt(format!("session {id_text} labels: {error}")))?;
+    let readonly = decode_readonly(readonly.as_deref())
+        .map_err(|error| corrupt(format!("session {id_text} readonly: {error}")))?;
     let files = load_files_by_key(connection, session_key)?;
     Ok(Some(KeyedSession {
         key: session_key,
@@ -285,6 +319,9 @@ fn load_keyed_session(
             last_position: Position(to_u64(last_position)),
             files,
             held,
+            group,
+            max_size: max_size.map(to_u64),
+            readonly,
         },
     }))
 }
@@ -564,13 +601,14 @@ impl<'c> Batch<'c> {
         {
             let mut insert_session = connection.prepare_cached(
                 "INSERT INTO rm_sessions (session_id, status, created_at, updated_at, exec_count, last_outcome, \
-                 bytes, file_count, legacy, labels, version, last_position, held) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                 bytes, file_count, legacy, labels, version, last_position, held, group_name, max_size, \
+                 readonly) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )?;
             let mut update_session = connection.prepare_cached(
                 "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
                  last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
-                 last_position = ?12, held = ?13 WHERE session_key = ?1",
+                 last_position = ?12, held = ?13, group_name = ?14, max_size = ?15, readonly = ?16 \
+                 WHERE session_key = ?1",
             )?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
@@ -578,6 +616,7 @@ impl<'c> Batch<'c> {
                 };
                 let labels = serde_json::to_string(&session.labels)
                     .map_err(|error| corrupt(error.to_string()))?;
+                let readonly = encode_readonly(&session.readonly)?;
                 let loaded = self.loaded.get_mut(session_id).ok_or_else(|| {
                     corrupt(format!("session {session_id} changed without being loaded"))
                 })?;
@@ -594,12 +633,16 @@ impl<'c> Batch<'c> {
                     to_i64(session.version.0),
                     to_i64(session.last_position.0),
                     session.held.as_deref(),
+                    session.group.as_deref(),
+                    session.max_size.map(to_i64),
+                    readonly,
                 );
                 match loaded.key {
                     Some(key) => {
                         update_session.execute(params![
                             key, values.0, values.1, values.2, values.3, values.4, values.5,
                             values.6, values.7, values.8, values.9, values.10, values.11,
+                            values.12, values.13, values.14,
                         ])?;
                     }
                     None => {
@@ -618,6 +661,9 @@ impl<'c> Batch<'c> {
                             values.9,
                             values.10,
                             values.11,
+                            values.12,
+                            values.13,
+                            values.14,
                         ])?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }

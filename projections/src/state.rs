@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use sandlog_core::event::{Event, MetadataStatus, Outcome, WrittenBy};
+use sandlog_core::event::{Event, MetadataStatus, Outcome, ReadonlyDir};
 use sandlog_core::{
     Envelope, Hash, Position, SessionId, StreamId, StreamVersion, Timestamp, WorkspacePath,
 };
@@ -101,6 +101,15 @@ pub struct SessionState {
     pub legacy: bool,
     /// Labels given at creation.
     pub labels: BTreeMap<String, String>,
+    /// The task group given at creation.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// The size limit given at creation, bytes (else the root's default).
+    #[serde(default)]
+    pub max_size: Option<u64>,
+    /// Host directories its executions see read-only.
+    #[serde(default)]
+    pub readonly: Vec<ReadonlyDir>,
     /// The stream's version after the last event folded (for optimistic
     /// concurrency of intents).
     pub version: StreamVersion,
@@ -127,6 +136,9 @@ impl SessionState {
             file_count: 0,
             legacy: false,
             labels: BTreeMap::new(),
+            group: None,
+            max_size: None,
+            readonly: Vec::new(),
             version: envelope.version,
             last_position: envelope.position,
             files: BTreeMap::new(),
@@ -278,6 +290,9 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
                 session.updated_at = Some(at);
             }
             session.labels = created.labels.clone();
+            session.group = created.group.clone();
+            session.max_size = created.max_size;
+            session.readonly = created.readonly.clone();
             session
         }
         Event::SessionAdopted(adopted) => {
@@ -307,6 +322,7 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
     session.version = session.version.max(envelope.version);
     session.last_position = session.last_position.max(envelope.position);
     match event {
+        Event::NativeCompleted(completed) if completed.exit_code == Some(0) => session.touch(at),
         Event::SessionExecuted(executed) => {
             session.exec_count += 1;
             session.last_outcome = Some(executed.outcome);
@@ -324,10 +340,11 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
                 },
             );
             session.recount();
-            // Only host writes are activity (M2). Guest writes ride on their
-            // execution, which touches only if it succeeded; an adoption's
-            // inventory is not activity, so adopted timestamps stand (M4).
-            if written.by == WrittenBy::Host {
+            // Only host and native writes are activity (M2). Guest writes
+            // ride on their execution, which touches only if it succeeded;
+            // an adoption's inventory is not activity, so adopted
+            // timestamps stand (M4).
+            if written.by.is_activity() {
                 session.touch(at);
             }
         }
@@ -336,7 +353,7 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
                 .files
                 .retain(|path, _| !path.starts_with(&deleted.path));
             session.recount();
-            if deleted.by == WrittenBy::Host {
+            if deleted.by.is_activity() {
                 session.touch(at);
             }
         }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use sandlog_core::event::{
-    Event, ExecutionLimit, ExecutionScan, FileDeleted, FileWritten, RecordedLimits, SessionCreated,
+    Event, ExecutionLimit, ExecutionScan, FileDeleted, FileWritten, RecordedLimits,
     SessionExecuted, WrittenBy,
 };
 use sandlog_core::human::format_size;
@@ -32,7 +32,7 @@ use crate::sandbox::{
     self, CompileObserver, ExecLimits, LoadedModule, ModuleOrigin, ReadonlyMount, RunReport,
     RunRequest, Sandbox, SandboxError,
 };
-use crate::workspace::{ScanLimits, Workspace, fsync_dir};
+use crate::workspace::{ScanLimits, Workspace};
 
 /// The database file under the root.
 pub const DATABASE_FILE: &str = "sandlog.db";
@@ -720,29 +720,10 @@ impl Engine {
     /// before the event leaves an empty orphan directory that `reconcile`
     /// quarantines, never an event without a directory.
     pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
-        check_labels(&labels)?;
-        let session_id = SessionId::new_v4();
-        let workspace = self.layout.workspace(session_id);
-        std::fs::create_dir(&workspace).map_err(RuntimeError::io(format!(
-            "creating {}",
-            workspace.display()
-        )))?;
-        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
-            "syncing {}",
-            self.layout.workspaces.display()
-        )))?;
-        let event = Event::SessionCreated(SessionCreated { session_id, labels });
-        if let Err(error) = self.store.append(
-            session_id.stream(),
-            ExpectedVersion::NoStream,
-            &[self.event(&event)],
-        ) {
-            let _ = std::fs::remove_dir(&workspace);
-            return Err(error.into());
-        }
-        tracing::info!(target: "sandlog::lifecycle", event = "session.created", %session_id, "session created");
-        self.maybe_checkpoint(false);
-        self.session(session_id)
+        self.create_session_with(crate::sessions::NewSession {
+            labels,
+            ..Default::default()
+        })
     }
 
     /// Runs code in a session (X1, X2): the guest sees only the workspace
@@ -781,7 +762,10 @@ impl Engine {
         // removed under the guest.
         let (_lease, session) = self.lease_active(session_id)?;
         let (module, args, stdin) = self.prepare(request)?;
-        let limits = self.limits(&request.limits);
+        let mut limits = self.limits(&request.limits);
+        // The session's size limit caps what the guest may leave.
+        limits.workspace_bytes_max =
+            self.session_quota(session.max_size, request.limits.workspace_bytes)?;
         let workspace_path = self.layout.workspace(session_id);
         let workspace = Workspace::open(&workspace_path)?;
         // Bounded like the scan after the run; a workspace past the bounds
@@ -797,7 +781,7 @@ impl Engine {
         one_shot.args = args;
         one_shot.stdin = stdin;
         one_shot.env = self.options.guest_env.clone();
-        one_shot.readonly_mounts = self.options.readonly_mounts.clone();
+        one_shot.readonly_mounts = self.readonly_mounts(&session.readonly);
         one_shot.limits = limits.clone();
         let (report, warm) = run(RunContext {
             sandbox: self.sandbox()?,
@@ -1155,7 +1139,7 @@ impl Engine {
         let (_lease, session) = self.lease_active_summary(session_id)?;
         let previous =
             query::session_file(&self.store, session_id, path)?.map_or(0, |file| file.size);
-        let quota = self.options.limits.workspace_bytes_max;
+        let quota = self.session_quota(session.max_size, None)?;
         if let Some(size) = size {
             let would_be = session.bytes.saturating_sub(previous).saturating_add(size);
             if would_be > quota {

@@ -77,6 +77,17 @@ pub enum RuntimeError {
         /// The quota.
         quota: u64,
     },
+    /// Context files given at creation would take a new session past its
+    /// size limit. Nothing was created.
+    #[error(
+        "the context files come to {would_be} bytes, over the session's size limit of {max_size} bytes; raise --max-size (or the root's session.max_size) or give smaller files"
+    )]
+    ContextTooLarge {
+        /// Their total size.
+        would_be: u64,
+        /// The limit.
+        max_size: u64,
+    },
     /// A guest runtime module is not installed.
     #[error(
         "runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)"
@@ -289,7 +300,7 @@ impl RuntimeError {
             Self::FileExists { .. } => "file_exists",
             Self::IsDirectory { .. } => "is_directory",
             Self::EscapesWorkspace { .. } => "path_escapes",
-            Self::QuotaExceeded { .. } => "quota",
+            Self::QuotaExceeded { .. } | Self::ContextTooLarge { .. } => "quota",
             Self::RuntimeMissing { .. } => "runtime_missing",
             Self::CodeTooLarge { .. } => "too_large",
             Self::Conflict(_) => "conflict",

@@ -60,6 +60,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
         CHECKPOINT_ON_PRUNE_SETTING,
         "sign a checkpoint after every prune run (true or false)",
     ),
+    (
+        crate::sessions::SESSION_MAX_SIZE_SETTING,
+        "the size limit of sessions created without --max-size (a size such as 1GiB)",
+    ),
 ];
 
 fn invalid_setting(key: &str, reason: String) -> RuntimeError {
@@ -226,6 +230,9 @@ impl Engine {
                         format!("{value:?} is not a count of events; give a whole number above 0"),
                     ));
                 }
+            }
+            (crate::sessions::SESSION_MAX_SIZE_SETTING, Some(value)) => {
+                crate::sessions::parse_max_size(value)?;
             }
             (CHECKPOINT_ON_PRUNE_SETTING, Some(value)) => {
                 if value.parse::<bool>().is_err() {

@@ -653,11 +653,16 @@ impl Engine {
             missing: missing.iter().map(|file| file.path.clone()).collect(),
         };
         let appended = self.store.write(|write| -> Result<()> {
-            // The fork names the session's creation as its cause, and each
-            // copied file the fork.
+            // A fork stays in its origin's task group, under the same size
+            // limit and with the same read-only directories. The fork names
+            // the session's creation as its cause, and each copied file the
+            // fork.
             let created = self.event(&Event::SessionCreated(SessionCreated {
                 session_id,
                 labels: labels.clone(),
+                group: past.state.group.clone(),
+                max_size: past.state.max_size,
+                readonly: past.state.readonly.clone(),
             }));
             let mut fork = self.event(&Event::SessionForked(forked.clone()));
             fork.causation_id = Some(created.event_id.0);

@@ -11,6 +11,8 @@
 //!
 //! * [`engine`]: `Engine::open`, sessions, execute, host file operations.
 //! * [`workspace`]: capability-based access to one workspace (S5).
+//! * [`sessions`]: creating sessions with a group, a size limit,
+//!   read-only directories and context files; the size limit.
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
 //! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
@@ -40,6 +42,7 @@ pub mod proofs;
 pub mod report;
 pub mod retention;
 pub mod sandbox;
+pub mod sessions;
 pub mod verify;
 pub mod workspace;
 
@@ -58,4 +61,5 @@ pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;
 pub use sandlog_projections as projections;
+pub use sessions::{ContextFile, NewSession};
 pub use verify::VerifyOutcome;

@@ -1343,6 +1343,7 @@ fn by_name(by: WrittenBy) -> &'static str {
         WrittenBy::Host => "host wrote",
         WrittenBy::Guest => "guest wrote",
         WrittenBy::Adoption => "adoption found",
+        WrittenBy::Native => "native work wrote",
     }
 }
 

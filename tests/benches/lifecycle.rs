@@ -71,10 +71,7 @@ fn populate(
         }
         let events = [
             NewEvent::from_event(
-                &Event::SessionCreated(SessionCreated {
-                    session_id,
-                    labels: BTreeMap::new(),
-                }),
+                &Event::SessionCreated(SessionCreated::new(session_id, BTreeMap::new())),
                 "bench",
             ),
             NewEvent::from_event(

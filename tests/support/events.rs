@@ -65,13 +65,13 @@ pub fn created(session_id: SessionId) -> Event {
 
 /// `session.created` with labels.
 pub fn created_with_labels(session_id: SessionId, labels: &[(&str, &str)]) -> Event {
-    Event::SessionCreated(SessionCreated {
+    Event::SessionCreated(SessionCreated::new(
         session_id,
-        labels: labels
+        labels
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect(),
-    })
+    ))
 }
 
 /// `session.adopted` with the given metadata status and timestamps.

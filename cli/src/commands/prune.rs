@@ -36,6 +36,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             .map(parse_size)
             .transpose()
             .map_err(usage)?,
+        group: args.group,
     };
     let bar = output.progress_bar("pruning");
     let progress = crate::output::advance(&bar);

@@ -82,6 +82,7 @@ pub use self::limits::ExecLimits;
 pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
 pub use self::wasi::WORKSPACE_GUEST_PATH;
+pub(crate) use self::wasi::validate_request;
 
 use self::cache::{ArtifactDir, LoadFailure};
 use self::error::boxed;
