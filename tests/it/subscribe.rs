@@ -377,6 +377,24 @@ impl Running {
         Ok(())
     }
 
+    /// SIGKILLs a follower and returns the positions it printed that the
+    /// test had not read yet (still in the pipe): it runs on between the
+    /// test's decision and the signal, and may store a checkpoint past
+    /// what the test has read, though never past what it printed.
+    fn kill_and_drain(mut self) -> TestResult<Vec<u64>> {
+        self.child.kill()?;
+        self.child.wait()?;
+        let mut rest = Vec::new();
+        // The reader thread ends at the pipe's end, which the kill closed.
+        while let Ok(line) = self.lines.recv_timeout(LINE_WAIT) {
+            let position = line
+                .strip_prefix("event ")
+                .ok_or_else(|| format!("expected `event POS`, got {line:?}"))?;
+            rest.push(position.parse()?);
+        }
+        Ok(rest)
+    }
+
     fn finish_appender(mut self, last: u64) -> TestResult {
         assert_eq!(self.line()?, format!("appended {last}"));
         assert_eq!(self.line()?, "done");
@@ -446,24 +464,33 @@ fn a_follower_in_another_process_gets_every_event_once_and_resumes_after_sigkill
         last_stored = from;
         let budget = kill_after.get(run).copied();
         let mut expected = from + 1;
-        loop {
-            let position = follower.event()?;
+        let mut record = |position: u64| {
             assert_eq!(position, expected, "run {run}: out of order or a gap");
             if position > printed.last().copied().unwrap_or(0) {
                 printed.push(position);
             }
             expected += 1;
+        };
+        loop {
+            let position = follower.event()?;
+            record(position);
             let done_in_run = position - from;
             if budget == Some(done_in_run) || (budget.is_none() && position == total) {
                 break;
             }
         }
-        follower.kill()?;
+        for position in follower.kill_and_drain()? {
+            record(position);
+        }
         // Where the killed follower got: never past what it printed.
         let stored = store
             .consumer_checkpoint(name)?
             .map_or(0, |position| position.0);
-        assert!(stored <= printed.last().copied().unwrap_or(0));
+        let printed_last = printed.last().copied().unwrap_or(0);
+        assert!(
+            stored <= printed_last,
+            "run {run}: stored {stored} past printed {printed_last}"
+        );
         assert!(stored >= last_stored);
     }
     appender.finish_appender(total)?;
