@@ -364,6 +364,35 @@ fn serve_round_trip() {
     let events = log_lines(&log);
     assert_eq!(events.len(), 3, "the first execution and the warm pair");
     assert_eq!(events[0]["position"].as_u64(), Some(position));
+    // By correlation id: a task's session made and deleted by another
+    // process (deleted, so the counts below stay the server's).
+    let task = |arguments: &[&str]| {
+        let output = sandlog(&root)
+            .args(["--json", "--correlation-id", "http-task"])
+            .args(arguments)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let made = task(&["session", "create"]);
+    task(&["session", "delete", made["session_id"].as_str().unwrap()]);
+    let correlated = log_lines(&server.request("GET", "/v1/log?correlation=http-task", b""));
+    let kinds: Vec<&str> = correlated
+        .iter()
+        .map(|event| event["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.created",
+            "session.delete.requested",
+            "session.deleted"
+        ]
+    );
+    let refused = server.request("GET", "/v1/log?correlation=a%0Ab", b"");
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert_eq!(refused.json()["error"], "invalid_correlation_id");
     let paged = server.request("GET", "/v1/log?limit=2", b"");
     assert_eq!(log_lines(&paged).len(), 2);
     assert_eq!(paged.header("x-sandlog-next-from"), Some("3"));

@@ -282,6 +282,11 @@ pub fn routes() -> Vec<Route> {
                 ("until", "string", "recorded before (RFC 3339)"),
                 ("from", "integer", "at or after this position"),
                 (
+                    "correlation",
+                    "string",
+                    "only events with this correlation id (a UUID, or a task id mapped as `--correlation-id` maps it)",
+                ),
+                (
                     "limit",
                     "integer",
                     "at most this many (default and maximum 10000 without follow)",
@@ -915,6 +920,7 @@ struct LogQuery {
     until: Option<String>,
     from: Option<u64>,
     limit: Option<u64>,
+    correlation: Option<String>,
     #[serde(default)]
     follow: bool,
 }
@@ -945,7 +951,12 @@ async fn log(
         from: params.from.map(Position),
         to: None,
         limit: None,
-        correlation: None,
+        correlation: params
+            .correlation
+            .as_deref()
+            .map(sandlog_runtime::core::correlation_id)
+            .transpose()
+            .map_err(|error| ApiError::from(RuntimeError::Invalid(error)))?,
     };
     if params.follow {
         return Ok(follow(state, filter, params.limit));
