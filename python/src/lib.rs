@@ -17,7 +17,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use sandlog_runtime::applier::ReconcileOptions;
 use sandlog_runtime::core::policy::PrunePolicy;
-use sandlog_runtime::core::{CoreError, Position, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::core::{
+    CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
+};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
@@ -52,25 +54,15 @@ impl From<CoreError> for Failure {
     }
 }
 
-/// The `sandlog` exception class of an engine error, by its stable kind.
+/// The `sandlog` exception class of an engine error, by its class.
 fn class_of(error: &RuntimeError) -> &'static str {
-    if error.is_integrity() {
-        return "IntegrityError";
-    }
-    if error.is_not_found() {
-        return "NotFound";
-    }
-    let kind = error.kind();
-    match kind {
-        "conflict" | "busy" | "file_exists" | "session_not_active" | "held" | "not_empty"
-        | "version_conflict" => "Conflict",
-        "quota" | "too_large" => "LimitExceeded",
-        "runtime_missing" => "NotFound",
-        "path_escapes" | "is_directory" | "invalid_pattern" | "invalid_limit"
-        | "invalid_request" | "invalid" => "InvalidInput",
-        "corrupt" | "read_model_corrupt" | "changed" => "IntegrityError",
-        _ if kind.starts_with("invalid_") => "InvalidInput",
-        _ => "Error",
+    match error.class() {
+        ErrorClass::Integrity => "IntegrityError",
+        ErrorClass::NotFound => "NotFound",
+        ErrorClass::Conflict => "Conflict",
+        ErrorClass::Limit => "LimitExceeded",
+        ErrorClass::BadInput => "InvalidInput",
+        ErrorClass::Refused | ErrorClass::Io => "Error",
     }
 }
 
@@ -285,10 +277,12 @@ impl PyEngine {
                 .collect::<Result<Vec<_>, Failure>>()?;
             let readonly = readonly
                 .into_iter()
-                .map(|(guest_path, host_path)| sandlog_runtime::sandbox::ReadonlyMount {
-                    host_path: std::path::PathBuf::from(host_path),
-                    guest_path,
-                })
+                .map(
+                    |(guest_path, host_path)| sandlog_runtime::sandbox::ReadonlyMount {
+                        host_path: std::path::PathBuf::from(host_path),
+                        guest_path,
+                    },
+                )
                 .collect();
             let new = sandlog_runtime::NewSession {
                 labels,
@@ -309,7 +303,11 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (group=None))]
-    fn sessions<'py>(&self, py: Python<'py>, group: Option<String>) -> PyResult<Bound<'py, PyList>> {
+    fn sessions<'py>(
+        &self,
+        py: Python<'py>,
+        group: Option<String>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let sessions = self.with(py, |engine| Ok(engine.sessions_in(None, group.as_deref())?))?;
         let list = PyList::empty(py);
         for summary in &sessions {
