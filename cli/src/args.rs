@@ -13,11 +13,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// Exit codes: 0 ok, 1 failure (also a refused operation: a held session,
 /// content that was not kept or was erased), 2 usage or bad input (a flag,
-/// an id, a path leaving the workspace or naming a directory, a restore
-/// into a directory that is not empty), 3 not found (a root, a session, a
-/// file, an execution, a point before the session existed), 4 integrity
-/// failure, 5 guest failure. With `--json`, an error is
-/// `{"error":{"kind","message"}}` on stderr. The reference table of every
+/// an id, a path leaving the workspace or naming a directory, an input past
+/// a limit, a restore into a directory that is not empty), 3 not found (a
+/// root, a session, a file, an execution, a point before the session
+/// existed), 4 integrity failure, 5 guest failure. With `--json`, an error
+/// is `{"error":{"kind","class","message"}}` on stderr. The reference table of every
 /// command is docs/cli.md.
 ///
 /// Output into a pipe whose reader has gone (`| head`) ends the command

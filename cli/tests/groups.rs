@@ -161,7 +161,7 @@ fn bad_creation_input_is_refused_by_name() -> TestResult {
                 "--context".into(),
                 file.display().to_string(),
             ],
-            1,
+            2,
             "max-size",
         ),
         (

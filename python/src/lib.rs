@@ -17,7 +17,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use sandlog_runtime::applier::ReconcileOptions;
 use sandlog_runtime::core::policy::PrunePolicy;
-use sandlog_runtime::core::{CoreError, Position, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::core::{
+    CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
+};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
@@ -52,25 +54,15 @@ impl From<CoreError> for Failure {
     }
 }
 
-/// The `sandlog` exception class of an engine error, by its stable kind.
+/// The `sandlog` exception class of an engine error, by its class.
 fn class_of(error: &RuntimeError) -> &'static str {
-    if error.is_integrity() {
-        return "IntegrityError";
-    }
-    if error.is_not_found() {
-        return "NotFound";
-    }
-    let kind = error.kind();
-    match kind {
-        "conflict" | "busy" | "file_exists" | "session_not_active" | "held" | "not_empty"
-        | "version_conflict" => "Conflict",
-        "quota" | "too_large" => "LimitExceeded",
-        "runtime_missing" => "NotFound",
-        "path_escapes" | "is_directory" | "invalid_pattern" | "invalid_limit"
-        | "invalid_request" | "invalid" => "InvalidInput",
-        "corrupt" | "read_model_corrupt" | "changed" => "IntegrityError",
-        _ if kind.starts_with("invalid_") => "InvalidInput",
-        _ => "Error",
+    match error.class() {
+        ErrorClass::Integrity => "IntegrityError",
+        ErrorClass::NotFound => "NotFound",
+        ErrorClass::Conflict => "Conflict",
+        ErrorClass::Limit => "LimitExceeded",
+        ErrorClass::BadInput => "InvalidInput",
+        ErrorClass::Refused | ErrorClass::Io => "Error",
     }
 }
 
