@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::merkle::Frontier;
-use sandlog_core::{Envelope, NewEvent, StreamId, chain_hash};
+use sandlog_core::{
+    Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp, chain_hash,
+};
 
 use crate::append::{
     ExpectedVersion, Head, check_version, is_same_event, validate_batch, validate_multi,
@@ -15,17 +17,26 @@ use crate::append::{
 use crate::error::{EventStoreError, Result};
 use crate::merkle::nodes_to_store;
 
-use super::read::{ENVELOPE_COLUMNS, envelope_from_row, read_head, read_stream_version};
+use super::read::{ENVELOPE_COLUMNS, envelope_from_row, read_stream_version};
 use super::{APPEND_ATTEMPTS_MAX, PgEventStore, Session, to_i64};
 
-const INSERT_EVENTS: &str = "INSERT INTO events (position, stream, version, event_id, kind, schema, \
+/// The events and the Merkle nodes they complete, in one statement (one
+/// round trip): both from arrays, one element per row.
+const INSERT_EVENTS_AND_NODES: &str = "WITH inserted_events AS (\
+     INSERT INTO events (position, stream, version, event_id, kind, schema, \
      recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
      SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::bytea[], $5::text[], \
      $6::int8[], $7::int8[], $8::text[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bytea[], \
-     $13::bytea[])";
+     $13::bytea[])), \
+     inserted_nodes AS (INSERT INTO merkle_nodes (level, idx, hash) \
+     SELECT * FROM unnest($14::int8[], $15::int8[], $16::bytea[])) \
+     SELECT 1";
 
-const INSERT_NODES: &str = "INSERT INTO merkle_nodes (level, idx, hash) \
-     SELECT * FROM unnest($1::int8[], $2::int8[], $3::bytea[])";
+/// The head and a stream's version, in one statement.
+const HEAD_AND_VERSION: &str = "SELECT head.position, head.hash, head.recorded_at, \
+     (SELECT version FROM events WHERE stream = $1 ORDER BY version DESC LIMIT 1) \
+     FROM (SELECT 1) AS one LEFT JOIN LATERAL \
+     (SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1) AS head ON true";
 
 /// The first retry's pause ceiling, doubled at each further attempt.
 const RETRY_PAUSE_MICROS: u64 = 200;
@@ -33,7 +44,8 @@ const RETRY_PAUSE_MICROS: u64 = 200;
 /// The state of one append transaction after the lock: where the log ends
 /// and the tree's right edge (loaded when first needed).
 struct Tail {
-    head: Head,
+    /// Read with the first stream's version, then moved by each insert.
+    head: Option<Head>,
     frontier: Option<Frontier>,
 }
 
@@ -108,7 +120,7 @@ impl PgEventStore {
         let (envelopes, frontier) = self.with_write(|session| {
             self.take_append_lock(session)?;
             let mut tail = Tail {
-                head: read_head(session)?,
+                head: None,
                 frontier: None,
             };
             let mut envelopes = Vec::new();
@@ -142,7 +154,10 @@ impl PgEventStore {
         if let Some(first_stored) = stored.get(&first.event_id.0.into_bytes()) {
             return retried_batch(&stored, first_stored, events, &stream_text);
         }
-        let actual = read_stream_version(session, &stream_text)?;
+        let (head, actual) = match tail.head {
+            Some(head) => (head, read_stream_version(session, &stream_text)?),
+            None => head_and_version(session, &stream_text)?,
+        };
         check_version(stream, expected, actual)?;
         // An id stored elsewhere, not a retry: the insert would fail on it.
         if let Some((event, envelope)) = events.iter().find_map(|event| {
@@ -159,10 +174,10 @@ impl PgEventStore {
         // recorded_at never goes backwards along the log, even if the clock
         // does: a time cut of the log is then a position cut.
         let now = self.clock.now();
-        let recorded_at = tail.head.recorded_at.map_or(now, |last| now.max(last));
+        let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
         let mut envelopes = Vec::with_capacity(events.len());
-        let mut prev_hash = tail.head.hash;
-        let mut position = tail.head.position;
+        let mut prev_hash = head.hash;
+        let mut position = head.position;
         let mut version = actual.unwrap_or_default();
         for event in events {
             position = position.next();
@@ -201,14 +216,8 @@ impl PgEventStore {
             });
             prev_hash = hash;
         }
-        // Under the append lock no constraint can fail here: the checks
-        // above saw every committed append. A writer that appended without
-        // the lock makes it fail on a unique constraint, which is retried
-        // (see `is_retryable`): the retry's checks then see that append.
-        insert_rows(session, &stream_text, &envelopes)?;
-
         // The tree grows in the same transaction: it always covers the log.
-        let size = tail.head.position.0;
+        let size = head.position.0;
         let frontier = match tail.frontier.take() {
             Some(frontier) if frontier.size() == size => frontier,
             _ => match self.frontier.take_if(size) {
@@ -217,23 +226,25 @@ impl PgEventStore {
             },
         };
         let frontier = tail.frontier.insert(frontier);
-        let (mut levels, mut indexes, mut hashes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut nodes = Nodes::default();
         for envelope in &envelopes {
             for (id, node) in nodes_to_store(frontier, &envelope.hash) {
-                levels.push(i64::from(id.level));
-                indexes.push(to_i64(id.index, "node index")?);
-                hashes.push(node.0.to_vec());
+                nodes.levels.push(i64::from(id.level));
+                nodes.indexes.push(to_i64(id.index, "node index")?);
+                nodes.hashes.push(node.0.to_vec());
             }
         }
-        if !levels.is_empty() {
-            session.execute(INSERT_NODES, &[&levels, &indexes, &hashes])?;
-        }
+        // Under the append lock no constraint can fail here: the checks
+        // above saw every committed append. A writer that appended without
+        // the lock makes it fail on a unique constraint, which is retried
+        // (see `is_retryable`): the retry's checks then see that append.
+        insert_rows(session, &stream_text, &envelopes, &nodes)?;
         if let Some(last) = envelopes.last() {
-            tail.head = Head {
+            tail.head = Some(Head {
                 position: last.position,
                 hash: last.hash,
                 recorded_at: Some(last.recorded_at),
-            };
+            });
         }
         Ok(envelopes)
     }
@@ -296,10 +307,78 @@ fn retried_batch(
     Ok(envelopes)
 }
 
+/// Merkle nodes to insert, as columns.
+#[derive(Default)]
+struct Nodes {
+    levels: Vec<i64>,
+    indexes: Vec<i64>,
+    hashes: Vec<Vec<u8>>,
+}
+
+/// The head (genesis when the log is empty) and `stream`'s version.
+fn head_and_version(
+    session: &mut Session<'_>,
+    stream: &str,
+) -> Result<(Head, Option<StreamVersion>)> {
+    let rows = session.query(HEAD_AND_VERSION, &[&stream])?;
+    let Some(row) = rows.first() else {
+        return Err(EventStoreError::Corrupt {
+            position: Position::ZERO,
+            reason: "the head query returned no row".into(),
+        });
+    };
+    let unreadable = |what: &str, error: postgres::Error| EventStoreError::Corrupt {
+        position: Position::ZERO,
+        reason: format!("{what}: {error}"),
+    };
+    let position: Option<i64> = row.try_get(0).map_err(|e| unreadable("head position", e))?;
+    let head = match position {
+        None => Head {
+            position: Position::ZERO,
+            hash: Hash::GENESIS,
+            recorded_at: None,
+        },
+        Some(position) => {
+            let position =
+                Position(
+                    u64::try_from(position).map_err(|_| EventStoreError::Corrupt {
+                        position: Position::ZERO,
+                        reason: "head position is negative".into(),
+                    })?,
+                );
+            let hash: &[u8] = row.try_get(1).map_err(|e| unreadable("head hash", e))?;
+            let recorded_at: i64 = row.try_get(2).map_err(|e| unreadable("head time", e))?;
+            Head {
+                position,
+                hash: Hash::from_slice(hash).ok_or_else(|| EventStoreError::Corrupt {
+                    position,
+                    reason: "hash is not 32 bytes".into(),
+                })?,
+                recorded_at: Some(Timestamp::from_unix_micros(recorded_at)),
+            }
+        }
+    };
+    let version: Option<i64> = row
+        .try_get(3)
+        .map_err(|e| unreadable("stream version", e))?;
+    let version = version
+        .map(|v| {
+            u64::try_from(v)
+                .map(StreamVersion)
+                .map_err(|_| EventStoreError::Corrupt {
+                    position: Position::ZERO,
+                    reason: "stream version is negative".into(),
+                })
+        })
+        .transpose()?;
+    Ok((head, version))
+}
+
 fn insert_rows(
     session: &mut Session<'_>,
     stream_text: &str,
     envelopes: &[Envelope],
+    nodes: &Nodes,
 ) -> Result<u64> {
     let mut positions = Vec::with_capacity(envelopes.len());
     let mut versions = Vec::with_capacity(envelopes.len());
@@ -330,7 +409,7 @@ fn insert_rows(
     let prevs: Vec<&[u8]> = envelopes.iter().map(|e| e.prev_hash.0.as_slice()).collect();
     let hashes: Vec<&[u8]> = envelopes.iter().map(|e| e.hash.0.as_slice()).collect();
     session.execute(
-        INSERT_EVENTS,
+        INSERT_EVENTS_AND_NODES,
         &[
             &positions,
             &streams,
@@ -345,6 +424,9 @@ fn insert_rows(
             &payloads,
             &prevs,
             &hashes,
+            &nodes.levels,
+            &nodes.indexes,
+            &nodes.hashes,
         ],
     )
 }

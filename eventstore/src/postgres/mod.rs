@@ -393,7 +393,13 @@ pub(crate) fn read_session<T>(
 }
 
 fn connect_config(config: &postgres::Config) -> Result<Conn> {
-    let client = config.connect(NoTls)?;
+    let mut client = config.connect(NoTls)?;
+    // Every statement is planned with its parameters. A cached generic
+    // plan is made once, early: on a young log whose tables the planner
+    // sees as empty, it picks sequential scans and keeps them as the log
+    // grows (the id lookup of every append then reads the whole table).
+    // The store's statements are point lookups, cheap to plan.
+    client.batch_execute("SET plan_cache_mode = force_custom_plan")?;
     Ok(Conn {
         client,
         statements: StatementCache::default(),
