@@ -294,6 +294,21 @@ fn remove_stale(root: &Path, bin: &Path, as_postgres: bool) {
 fn start_cluster() -> Result<PgServer, String> {
     let bin = bin_dir()?;
     let as_postgres = is_root();
+    if as_postgres
+        && !Command::new("id")
+            .args(["-u", "postgres"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    {
+        return Err(
+            "running as root, and initdb refuses to: the cluster would run as the \
+                    `postgres` user, which does not exist (Debian's postgresql package creates \
+                    it; or `useradd --system postgres`)"
+                .into(),
+        );
+    }
     let root = target_dir()?.join("sandlog-pg");
     std::fs::create_dir_all(&root)
         .map_err(|error| format!("creating {}: {error}", root.display()))?;

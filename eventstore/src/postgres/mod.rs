@@ -22,12 +22,15 @@
 //! reads the head, the stream versions and the stored event ids: each
 //! statement after the lock sees every append committed before it. The
 //! alternative, a one-row table taken `FOR UPDATE` ([`AppendLock::HeadRow`]),
-//! is kept for the benchmark that compares them; the advisory lock is the
-//! default because it writes nothing (a row lock marks the tuple, dirtying
-//! a page and logging it on every append) and measured faster
-//! (`cargo bench -p sandlog-tests --bench postgres`). The primary key on
-//! `position` backs the lock up: two appends that somehow computed the
-//! same position cannot both commit, and the loser is retried.
+//! is kept for the benchmark that compares them
+//! (`cargo bench -p sandlog-tests --bench postgres`): with durable commits
+//! the two measure the same, the commit's WAL flush being the cost. The
+//! advisory lock is the default because it writes nothing (a row lock
+//! marks the tuple, dirtying its page and logging it on every append) and
+//! lives outside any table a maintenance job could lock or rewrite. The
+//! primary key on `position` backs the lock up: two appends that somehow
+//! computed the same position cannot both commit, and the loser is
+//! retried.
 //!
 //! **Errors** are classified by SQLSTATE and constraint name, never by
 //! message: a lost connection is [`EventStoreError::Io`] (the connection is
@@ -257,7 +260,6 @@ pub(crate) fn is_retryable(error: &postgres::Error) -> bool {
 pub(crate) fn error_kind(error: &postgres::Error) -> &'static str {
     match error.code() {
         Some(code) if *code == SqlState::DISK_FULL => "disk_full",
-        Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => "permission",
         _ if is_retryable(error) => "busy",
         _ => "database",
     }

@@ -299,24 +299,36 @@ impl PgEventStore {
     }
 
     fn page(&self, filter: &LogFilter, after: Position, page_size: usize) -> Result<Vec<Envelope>> {
+        // Every field, named: a field added to the filter fails to compile
+        // here until this backend honours it.
+        let LogFilter {
+            stream,
+            kinds,
+            since,
+            until,
+            // `from` and `limit` are the caller's `after` and `page_size`.
+            from: _,
+            to,
+            limit: _,
+        } = filter;
         let mut params: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(to_i64(after.0, "position")?)];
         let mut conditions = vec!["position > $1".to_owned()];
-        if let Some(stream) = filter.stream {
+        if let Some(stream) = stream {
             params.push(Box::new(stream.to_string()));
             conditions.push(format!("stream = ${}", params.len()));
         }
-        if !filter.kinds.is_empty() {
-            conditions.push(kind_condition(&filter.kinds, &mut params));
+        if !kinds.is_empty() {
+            conditions.push(kind_condition(kinds, &mut params));
         }
-        if let Some(since) = filter.since {
+        if let Some(since) = since {
             params.push(Box::new(since.unix_micros()));
             conditions.push(format!("recorded_at >= ${}", params.len()));
         }
-        if let Some(until) = filter.until {
+        if let Some(until) = until {
             params.push(Box::new(until.unix_micros()));
             conditions.push(format!("recorded_at < ${}", params.len()));
         }
-        if let Some(to) = filter.to {
+        if let Some(to) = to {
             params.push(Box::new(i64::try_from(to.0).unwrap_or(i64::MAX)));
             conditions.push(format!("position <= ${}", params.len()));
         }
