@@ -17,7 +17,7 @@ use crate::append::{
 use crate::error::{EventStoreError, Result};
 use crate::merkle::nodes_to_store;
 
-use super::read::{ENVELOPE_COLUMNS, envelope_from_row, read_stream_version};
+use super::read::envelope_from_row_at;
 use super::{APPEND_ATTEMPTS_MAX, PgEventStore, Session, to_i64};
 
 /// The events and the Merkle nodes they complete, in one statement (one
@@ -32,20 +32,28 @@ const INSERT_EVENTS_AND_NODES: &str = "WITH inserted_events AS (\
      SELECT * FROM unnest($14::int8[], $15::int8[], $16::bytea[])) \
      SELECT 1";
 
-/// The head and a stream's version, in one statement.
-const HEAD_AND_VERSION: &str = "SELECT head.position, head.hash, head.recorded_at, \
-     (SELECT version FROM events WHERE stream = $1 ORDER BY version DESC LIMIT 1) \
-     FROM (SELECT 1) AS one LEFT JOIN LATERAL \
-     (SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1) AS head ON true";
+/// What an append needs to know before it inserts, in one statement: the
+/// head, the stream's version, and the stored events of any of the batch's
+/// ids (one row each; none gives one row of nulls). Run after the append
+/// lock, it sees every append committed before, and this transaction's own.
+const LOG_STATE: &str = "SELECT head.position, head.hash, head.recorded_at, \
+     (SELECT version FROM events WHERE stream = $1 ORDER BY version DESC LIMIT 1), stored.* \
+     FROM (SELECT 1) AS one \
+     LEFT JOIN LATERAL (SELECT position, hash, recorded_at FROM events \
+     ORDER BY position DESC LIMIT 1) AS head ON true \
+     LEFT JOIN (SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
+     correlation_id, causation_id, payload, prev_hash, hash FROM events \
+     WHERE event_id = ANY($2)) AS stored ON true";
+
+/// The column of [`LOG_STATE`] where the stored envelope starts.
+const LOG_STATE_STORED_AT: usize = 4;
 
 /// The first retry's pause ceiling, doubled at each further attempt.
 const RETRY_PAUSE_MICROS: u64 = 200;
 
-/// The state of one append transaction after the lock: where the log ends
-/// and the tree's right edge (loaded when first needed).
+/// The state of one append transaction after the lock: the tree's right
+/// edge (loaded when first needed).
 struct Tail {
-    /// Read with the first stream's version, then moved by each insert.
-    head: Option<Head>,
     frontier: Option<Frontier>,
 }
 
@@ -119,10 +127,7 @@ impl PgEventStore {
     ) -> Result<Vec<Envelope>> {
         let (envelopes, frontier) = self.with_write(|session| {
             self.take_append_lock(session)?;
-            let mut tail = Tail {
-                head: None,
-                frontier: None,
-            };
+            let mut tail = Tail { frontier: None };
             let mut envelopes = Vec::new();
             for (stream, expected, events) in batch {
                 envelopes
@@ -150,14 +155,10 @@ impl PgEventStore {
             return Ok(Vec::new());
         };
         let stream_text = stream.to_string();
-        let stored = stored_by_ids(session, events)?;
+        let (head, actual, stored) = log_state(session, &stream_text, events)?;
         if let Some(first_stored) = stored.get(&first.event_id.0.into_bytes()) {
             return retried_batch(&stored, first_stored, events, &stream_text);
         }
-        let (head, actual) = match tail.head {
-            Some(head) => (head, read_stream_version(session, &stream_text)?),
-            None => head_and_version(session, &stream_text)?,
-        };
         check_version(stream, expected, actual)?;
         // An id stored elsewhere, not a retry: the insert would fail on it.
         if let Some((event, envelope)) = events.iter().find_map(|event| {
@@ -239,43 +240,15 @@ impl PgEventStore {
         // the lock makes it fail on a unique constraint, which is retried
         // (see `is_retryable`): the retry's checks then see that append.
         insert_rows(session, &stream_text, &envelopes, &nodes)?;
-        if let Some(last) = envelopes.last() {
-            tail.head = Some(Head {
-                position: last.position,
-                hash: last.hash,
-                recorded_at: Some(last.recorded_at),
-            });
-        }
         Ok(envelopes)
     }
-}
-
-/// The stored envelopes of any of `events`' ids, by id.
-fn stored_by_ids(
-    session: &mut Session<'_>,
-    events: &[NewEvent],
-) -> Result<HashMap<[u8; 16], Envelope>> {
-    let ids: Vec<&[u8]> = events
-        .iter()
-        .map(|event| event.event_id.0.as_bytes().as_slice())
-        .collect();
-    let rows = session.query(
-        &format!("SELECT {ENVELOPE_COLUMNS} FROM events WHERE event_id = ANY($1)"),
-        &[&ids],
-    )?;
-    let mut stored = HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let envelope = envelope_from_row(row)?;
-        stored.insert(envelope.event_id.0.into_bytes(), envelope);
-    }
-    Ok(stored)
 }
 
 /// The first event's id is stored: this is a retry if the whole batch is
 /// stored, in order, unchanged (then its envelopes are returned), else a
 /// reused id.
 fn retried_batch(
-    stored: &HashMap<[u8; 16], Envelope>,
+    stored: &Stored,
     first_stored: &Envelope,
     events: &[NewEvent],
     stream_text: &str,
@@ -315,22 +288,31 @@ struct Nodes {
     hashes: Vec<Vec<u8>>,
 }
 
-/// The head (genesis when the log is empty) and `stream`'s version.
-fn head_and_version(
+/// The stored envelopes of a batch's ids, by id.
+type Stored = HashMap<[u8; 16], Envelope>;
+
+/// The head (genesis when the log is empty), `stream`'s version, and the
+/// stored envelopes of any of `events`' ids ([`LOG_STATE`]).
+fn log_state(
     session: &mut Session<'_>,
     stream: &str,
-) -> Result<(Head, Option<StreamVersion>)> {
-    let rows = session.query(HEAD_AND_VERSION, &[&stream])?;
+    events: &[NewEvent],
+) -> Result<(Head, Option<StreamVersion>, Stored)> {
+    let ids: Vec<&[u8]> = events
+        .iter()
+        .map(|event| event.event_id.0.as_bytes().as_slice())
+        .collect();
+    let rows = session.query(LOG_STATE, &[&stream, &ids])?;
+    let corrupt =
+        |position: Position, reason: String| EventStoreError::Corrupt { position, reason };
     let Some(row) = rows.first() else {
-        return Err(EventStoreError::Corrupt {
-            position: Position::ZERO,
-            reason: "the head query returned no row".into(),
-        });
+        return Err(corrupt(
+            Position::ZERO,
+            "the log state query returned no row".into(),
+        ));
     };
-    let unreadable = |what: &str, error: postgres::Error| EventStoreError::Corrupt {
-        position: Position::ZERO,
-        reason: format!("{what}: {error}"),
-    };
+    let unreadable =
+        |what: &str, error: postgres::Error| corrupt(Position::ZERO, format!("{what}: {error}"));
     let position: Option<i64> = row.try_get(0).map_err(|e| unreadable("head position", e))?;
     let head = match position {
         None => Head {
@@ -339,21 +321,16 @@ fn head_and_version(
             recorded_at: None,
         },
         Some(position) => {
-            let position =
-                Position(
-                    u64::try_from(position).map_err(|_| EventStoreError::Corrupt {
-                        position: Position::ZERO,
-                        reason: "head position is negative".into(),
-                    })?,
-                );
+            let position = Position(
+                u64::try_from(position)
+                    .map_err(|_| corrupt(Position::ZERO, "head position is negative".into()))?,
+            );
             let hash: &[u8] = row.try_get(1).map_err(|e| unreadable("head hash", e))?;
             let recorded_at: i64 = row.try_get(2).map_err(|e| unreadable("head time", e))?;
             Head {
                 position,
-                hash: Hash::from_slice(hash).ok_or_else(|| EventStoreError::Corrupt {
-                    position,
-                    reason: "hash is not 32 bytes".into(),
-                })?,
+                hash: Hash::from_slice(hash)
+                    .ok_or_else(|| corrupt(position, "hash is not 32 bytes".into()))?,
                 recorded_at: Some(Timestamp::from_unix_micros(recorded_at)),
             }
         }
@@ -365,13 +342,20 @@ fn head_and_version(
         .map(|v| {
             u64::try_from(v)
                 .map(StreamVersion)
-                .map_err(|_| EventStoreError::Corrupt {
-                    position: Position::ZERO,
-                    reason: "stream version is negative".into(),
-                })
+                .map_err(|_| corrupt(Position::ZERO, "stream version is negative".into()))
         })
         .transpose()?;
-    Ok((head, version))
+    let mut stored = Stored::with_capacity(rows.len());
+    for row in &rows {
+        let found: Option<i64> = row
+            .try_get(LOG_STATE_STORED_AT)
+            .map_err(|e| unreadable("stored position", e))?;
+        if found.is_some() {
+            let envelope = envelope_from_row_at(row, LOG_STATE_STORED_AT)?;
+            stored.insert(envelope.event_id.0.into_bytes(), envelope);
+        }
+    }
+    Ok((head, version, stored))
 }
 
 fn insert_rows(

@@ -64,50 +64,55 @@ fn hash_of(bytes: &[u8], position: Position, name: &str) -> Result<Hash> {
 /// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`]. A row
 /// of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
 pub(crate) fn envelope_from_row(row: &Row) -> Result<Envelope> {
+    envelope_from_row_at(row, 0)
+}
+
+/// [`envelope_from_row`] of the [`ENVELOPE_COLUMNS`] starting at column `at`.
+pub(crate) fn envelope_from_row_at(row: &Row, at: usize) -> Result<Envelope> {
     let position = Position(u64_of(
-        column(row, 0, Position::ZERO, "position")?,
+        column(row, at, Position::ZERO, "position")?,
         Position::ZERO,
         "position",
     )?);
-    let stream = StreamId::parse(column::<&str>(row, 1, position, "stream")?)
+    let stream = StreamId::parse(column::<&str>(row, at + 1, position, "stream")?)
         .map_err(|error| malformed(position, error.to_string()))?;
     let event_id = uuid_of(
-        Some(column(row, 3, position, "event_id")?),
+        Some(column(row, at + 3, position, "event_id")?),
         position,
         "event_id",
     )?
     .ok_or_else(|| malformed(position, "event_id is null"))?;
-    let schema: i64 = column(row, 5, position, "schema")?;
+    let schema: i64 = column(row, at + 5, position, "schema")?;
     Ok(Envelope {
         position,
         stream,
         version: StreamVersion(u64_of(
-            column(row, 2, position, "version")?,
+            column(row, at + 2, position, "version")?,
             position,
             "version",
         )?),
         event_id: EventId(event_id),
-        kind: column::<String>(row, 4, position, "kind")?,
+        kind: column::<String>(row, at + 4, position, "kind")?,
         schema: u32::try_from(schema).map_err(|_| malformed(position, "schema is out of range"))?,
-        recorded_at: Timestamp::from_unix_micros(column(row, 6, position, "recorded_at")?),
-        actor: column::<String>(row, 7, position, "actor")?,
+        recorded_at: Timestamp::from_unix_micros(column(row, at + 6, position, "recorded_at")?),
+        actor: column::<String>(row, at + 7, position, "actor")?,
         correlation_id: uuid_of(
-            column(row, 8, position, "correlation_id")?,
+            column(row, at + 8, position, "correlation_id")?,
             position,
             "correlation_id",
         )?,
         causation_id: uuid_of(
-            column(row, 9, position, "causation_id")?,
+            column(row, at + 9, position, "causation_id")?,
             position,
             "causation_id",
         )?,
-        payload: column::<Vec<u8>>(row, 10, position, "payload")?,
+        payload: column::<Vec<u8>>(row, at + 10, position, "payload")?,
         prev_hash: hash_of(
-            column(row, 11, position, "prev_hash")?,
+            column(row, at + 11, position, "prev_hash")?,
             position,
             "prev_hash",
         )?,
-        hash: hash_of(column(row, 12, position, "hash")?, position, "hash")?,
+        hash: hash_of(column(row, at + 12, position, "hash")?, position, "hash")?,
     })
 }
 
