@@ -396,3 +396,59 @@ fn a_terminated_connection_is_reopened() {
     assert_eq!(store.head().unwrap().position, Position(2));
     assert_eq!(store.verify(None).unwrap().events, 2);
 }
+
+/// The unit of work: a blob and the event naming it commit together, or,
+/// when the append fails after the blob was put, neither is stored.
+#[test]
+fn a_write_commits_its_blobs_and_events_together_or_not_at_all() {
+    let db = database();
+    let store = PgEventStore::connect(&db.url).unwrap();
+    let stream = StreamId::Session(SessionId::new_v4());
+    let code = b"print(1)\n".to_vec();
+    let failed = store.write(|write| {
+        let put = write.put_blob(&code)?;
+        assert!(!put.deduplicated);
+        write.append(
+            stream,
+            ExpectedVersion::Exact(sandlog_core::StreamVersion(3)),
+            &[new_event(
+                "execution.started",
+                &json!({ "code": put.hash.to_hex() }),
+            )],
+        )
+    });
+    assert!(
+        matches!(failed, Err(EventStoreError::VersionConflict { .. })),
+        "{failed:?}"
+    );
+    let code_hash = sandlog_core::Hash::of(&code);
+    assert_eq!(
+        store.blob_state(&code_hash).unwrap(),
+        sandlog_eventstore::BlobState::Missing
+    );
+    assert_eq!(store.head().unwrap().position, Position::ZERO);
+
+    let (put, envelopes) = store
+        .write(|write| {
+            let put = write.put_blob(&code)?;
+            let envelopes = write.append(
+                stream,
+                ExpectedVersion::NoStream,
+                &[new_event(
+                    "execution.started",
+                    &json!({ "code": put.hash.to_hex() }),
+                )],
+            )?;
+            // The same bytes again in the same transaction: stored once.
+            assert!(write.put_blob(&code)?.deduplicated);
+            Ok((put, envelopes))
+        })
+        .unwrap();
+    assert_eq!(put.hash, code_hash);
+    assert_eq!(envelopes[0].position, Position(1));
+    assert_eq!(store.get_blob(&code_hash).unwrap(), Some(code));
+    assert_eq!(store.verify(None).unwrap().events, 1);
+    let mut frontier = sandlog_core::merkle::Frontier::new();
+    frontier.append(&envelopes[0].hash.0);
+    assert_eq!(store.merkle_root(1).unwrap(), frontier.root());
+}

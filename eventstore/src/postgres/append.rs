@@ -14,6 +14,7 @@ use sandlog_core::{
 use crate::append::{
     ExpectedVersion, Head, check_version, is_same_event, validate_batch, validate_multi,
 };
+use crate::blobs::BlobPut;
 use crate::error::{EventStoreError, Result};
 use crate::merkle::nodes_to_store;
 
@@ -55,6 +56,35 @@ const RETRY_PAUSE_MICROS: u64 = 200;
 /// edge (loaded when first needed).
 struct Tail {
     frontier: Option<Frontier>,
+}
+
+/// An open write transaction on PostgreSQL, made by
+/// [`PgEventStore::write`]: everything done through it commits together or
+/// not at all.
+pub struct PgWrite<'s, 'a, 't> {
+    store: &'s PgEventStore,
+    session: &'a mut Session<'t>,
+    tail: Tail,
+}
+
+impl PgWrite<'_, '_, '_> {
+    /// Appends `events` to `stream` if it is at `expected`, exactly as
+    /// [`PgEventStore::append`] does, inside this transaction.
+    pub fn append(
+        &mut self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        self.store
+            .insert_stream(self.session, &mut self.tail, stream, expected, events)
+    }
+
+    /// Stores `bytes` as a blob in this transaction (see
+    /// [`PgEventStore::put_blob`]).
+    pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
+        super::blobs::put_in(self.session, bytes, self.store.clock.now())
+    }
 }
 
 impl PgEventStore {
@@ -125,20 +155,47 @@ impl PgEventStore {
         &self,
         batch: &[(StreamId, ExpectedVersion, &[NewEvent])],
     ) -> Result<Vec<Envelope>> {
-        let (envelopes, frontier) = self.with_write(|session| {
-            self.take_append_lock(session)?;
-            let mut tail = Tail { frontier: None };
+        self.write(|write| {
             let mut envelopes = Vec::new();
             for (stream, expected, events) in batch {
-                envelopes
-                    .extend(self.insert_stream(session, &mut tail, *stream, *expected, events)?);
+                envelopes.extend(write.append(*stream, *expected, events)?);
             }
-            Ok((envelopes, tail.frontier))
-        })?;
-        if let Some(frontier) = frontier {
-            self.frontier.put(frontier);
+            Ok(envelopes)
+        })
+    }
+
+    /// Runs `f` in one write transaction under the append lock and commits
+    /// if it succeeds: every append and blob it made lands together (one
+    /// WAL flush); if it fails, nothing does. The PostgreSQL counterpart of
+    /// [`crate::EventStore::write`]; `f` runs with the append lock held, so
+    /// keep it to storage work. Not retried: a lost race (only possible
+    /// against a writer without the lock) returns the retryable error.
+    pub fn write<T>(&self, f: impl FnOnce(&mut PgWrite<'_, '_, '_>) -> Result<T>) -> Result<T> {
+        let outcome = self.with_write(|session| {
+            // The append lock first, before any blob's: every transaction
+            // that takes both takes them in this order, so none waits for
+            // another in a cycle.
+            self.take_append_lock(session)?;
+            let mut write = PgWrite {
+                store: self,
+                session,
+                tail: Tail { frontier: None },
+            };
+            let value = f(&mut write)?;
+            Ok((value, write.tail.frontier))
+        });
+        match outcome {
+            Ok((value, frontier)) => {
+                if let Some(frontier) = frontier {
+                    self.frontier.put(frontier);
+                }
+                Ok(value)
+            }
+            Err(error) => {
+                self.frontier.clear();
+                Err(error)
+            }
         }
-        Ok(envelopes)
     }
 
     /// One stream's events inside the append transaction.

@@ -7,7 +7,7 @@ use std::io::Write as IoWrite;
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
 
-use crate::blobs::{BlobState, CHUNK_BYTES, decode_chunk, encode};
+use crate::blobs::{BlobPut, BlobState, CHUNK_BYTES, decode_chunk, encode};
 use crate::error::{EventStoreError, Result};
 
 use super::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
@@ -89,80 +89,98 @@ fn copy_chunks(
     Ok(())
 }
 
+/// Stores `bytes` under their blake3 inside the open transaction (see
+/// [`PgEventStore::put_blob`]), after the blob's advisory lock.
+pub(crate) fn put_in(session: &mut Session<'_>, bytes: &[u8], now: Timestamp) -> Result<BlobPut> {
+    if bytes.len() > BLOB_BYTES_MAX {
+        return Err(EventStoreError::BlobTooLarge {
+            size: bytes.len(),
+            max: BLOB_BYTES_MAX,
+        });
+    }
+    let hash = Hash::of(bytes);
+    let [a, b, c, d, ..] = hash.0;
+    let key = i32::from_be_bytes([a, b, c, d]);
+    session.query(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&BLOB_LOCK_CLASS, &key],
+    )?;
+    let state = state_in(session, &hash)?;
+    if let BlobState::Kept { size, .. } = state {
+        return Ok(BlobPut {
+            hash,
+            size,
+            stored_bytes: 0,
+            deduplicated: true,
+        });
+    }
+    let mut stored = 0u64;
+    let mut seq = 0i64;
+    // An empty blob is one empty chunk, as on SQLite.
+    let mut chunks = bytes.chunks(CHUNK_BYTES).peekable();
+    let empty: [&[u8]; 1] = [&[]];
+    let chunks: Box<dyn Iterator<Item = &[u8]>> = if chunks.peek().is_none() {
+        Box::new(empty.into_iter())
+    } else {
+        Box::new(chunks)
+    };
+    for raw in chunks {
+        let (codec, data) = encode(raw)?;
+        stored += data.len() as u64;
+        session.execute(
+            "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &hash.0.as_slice(),
+                &seq,
+                &codec,
+                &to_i64(raw.len() as u64, "chunk length")?,
+                &Hash::of(raw).0.as_slice(),
+                &data,
+            ],
+        )?;
+        seq += 1;
+    }
+    match state {
+        // Bytes written again after an erasure are new evidence: the row
+        // is kept, its chunks come back.
+        BlobState::Erased { .. } => {
+            session.execute(
+                "UPDATE blob_index SET stored = $2, chunks = $3, erased_at = NULL WHERE hash = $1",
+                &[&hash.0.as_slice(), &to_i64(stored, "stored bytes")?, &seq],
+            )?;
+        }
+        _ => {
+            session.execute(
+                "INSERT INTO blob_index (hash, size, stored, chunks, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &hash.0.as_slice(),
+                    &to_i64(bytes.len() as u64, "blob size")?,
+                    &to_i64(stored, "stored bytes")?,
+                    &seq,
+                    &now.unix_micros(),
+                ],
+            )?;
+        }
+    }
+    Ok(BlobPut {
+        hash,
+        size: bytes.len() as u64,
+        stored_bytes: stored,
+        deduplicated: false,
+    })
+}
+
 impl PgEventStore {
     /// Stores `bytes` under their blake3 in a transaction of its own and
     /// returns it. Idempotent, also across processes: a per-blob advisory
-    /// lock makes concurrent puts of the same bytes store them once.
+    /// lock makes concurrent puts of the same bytes store them once. Blobs
+    /// that events name go in with the events instead
+    /// ([`PgEventStore::write`]).
     pub fn put_blob(&self, bytes: &[u8]) -> Result<Hash> {
-        if bytes.len() > BLOB_BYTES_MAX {
-            return Err(EventStoreError::BlobTooLarge {
-                size: bytes.len(),
-                max: BLOB_BYTES_MAX,
-            });
-        }
-        let hash = Hash::of(bytes);
         let now = self.clock.now();
-        self.with_write(|session| {
-            let [a, b, c, d, ..] = hash.0;
-            let key = i32::from_be_bytes([a, b, c, d]);
-            session.query("SELECT pg_advisory_xact_lock($1, $2)", &[&BLOB_LOCK_CLASS, &key])?;
-            let state = state_in(session, &hash)?;
-            if matches!(state, BlobState::Kept { .. }) {
-                return Ok(());
-            }
-            let mut stored = 0u64;
-            let mut seq = 0i64;
-            // An empty blob is one empty chunk, as on SQLite.
-            let mut chunks = bytes.chunks(CHUNK_BYTES).peekable();
-            let empty: [&[u8]; 1] = [&[]];
-            let chunks: Box<dyn Iterator<Item = &[u8]>> = if chunks.peek().is_none() {
-                Box::new(empty.into_iter())
-            } else {
-                Box::new(chunks)
-            };
-            for raw in chunks {
-                let (codec, data) = encode(raw)?;
-                stored += data.len() as u64;
-                session.execute(
-                    "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[
-                        &hash.0.as_slice(),
-                        &seq,
-                        &codec,
-                        &to_i64(raw.len() as u64, "chunk length")?,
-                        &Hash::of(raw).0.as_slice(),
-                        &data,
-                    ],
-                )?;
-                seq += 1;
-            }
-            match state {
-                // Bytes written again after an erasure are new evidence:
-                // the row is kept, its chunks come back.
-                BlobState::Erased { .. } => {
-                    session.execute(
-                        "UPDATE blob_index SET stored = $2, chunks = $3, erased_at = NULL WHERE hash = $1",
-                        &[&hash.0.as_slice(), &to_i64(stored, "stored bytes")?, &seq],
-                    )?;
-                }
-                _ => {
-                    session.execute(
-                        "INSERT INTO blob_index (hash, size, stored, chunks, created_at) \
-                         VALUES ($1, $2, $3, $4, $5)",
-                        &[
-                            &hash.0.as_slice(),
-                            &to_i64(bytes.len() as u64, "blob size")?,
-                            &to_i64(stored, "stored bytes")?,
-                            &seq,
-                            &now.unix_micros(),
-                        ],
-                    )?;
-                }
-            }
-            Ok(())
-        })?;
-        Ok(hash)
+        Ok(self.with_write(|session| put_in(session, bytes, now))?.hash)
     }
 
     /// What the store knows of a blob.

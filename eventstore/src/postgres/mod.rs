@@ -55,6 +55,7 @@ use sandlog_core::{Clock, SystemClock};
 
 use crate::error::{EventStoreError, Result};
 
+pub use append::PgWrite;
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// How appends exclude each other (see the module documentation). Every
