@@ -357,7 +357,7 @@ impl PgEventStore {
     /// every position from 1 present once and in order, every `prev_hash`
     /// the previous `hash`, every `hash` the hash of its row, and (with a
     /// digest) the log still extends it. Constant memory: rows come
-    /// [`VERIFY_FETCH_ROWS`] at a time through a cursor.
+    /// `VERIFY_FETCH_ROWS` at a time through a cursor.
     ///
     /// Errors with [`EventStoreError::ChainBroken`] naming the first bad
     /// position.
