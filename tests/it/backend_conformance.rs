@@ -742,3 +742,69 @@ fn both_backends_store_the_same_input_as_the_same_log() {
     assert_eq!(sqlite.6, postgres.6, "conflict errors");
     assert_eq!(sqlite.7, postgres.7, "blob states");
 }
+
+/// What one random operation asks for: a stream (of four), an expectation
+/// (any, no stream, the version the stream is at, a stale version), a
+/// batch, and whether to send it twice (a retry).
+type Operation = (usize, u8, Vec<NewEvent>, bool);
+
+fn operations() -> impl proptest::strategy::Strategy<Value = Vec<Operation>> {
+    proptest::collection::vec(
+        (
+            0..4usize,
+            0..4u8,
+            sandlog_tests::strategies::batch(5),
+            proptest::bool::weighted(0.2),
+        ),
+        1..16,
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        // Each case makes a PostgreSQL database: a few cases, many
+        // operations each.
+        cases: 8,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Random appends (conflicts, retries and all) give the same outcome
+    /// on both backends, call by call, and the same log, head and Merkle
+    /// root.
+    #[test]
+    fn random_appends_give_the_same_log_on_both(operations in operations()) {
+        let subjects = subjects();
+        let streams: Vec<StreamId> = (0..4).map(|_| session()).collect();
+        let mut outcomes: Vec<Vec<String>> = Vec::new();
+        for subject in &subjects {
+            let store = subject.backend();
+            let mut seen = Vec::new();
+            for (step, (stream, expectation, batch, retry)) in operations.iter().enumerate() {
+                subject.clock().advance(Duration::from_millis(step as u64 * 7));
+                let stream = streams[*stream];
+                let current = store.stream_version(stream).unwrap();
+                let expected = match expectation {
+                    0 => ExpectedVersion::Any,
+                    1 => ExpectedVersion::NoStream,
+                    2 => current.map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact),
+                    _ => ExpectedVersion::Exact(StreamVersion(current.map_or(1, |v| v.0 + 1))),
+                };
+                let sends = if *retry { 2 } else { 1 };
+                for _ in 0..sends {
+                    seen.push(match store.append(stream, expected, batch) {
+                        Ok(envelopes) => format!("{envelopes:?}"),
+                        Err(error) => format!("error: {error}"),
+                    });
+                }
+            }
+            let log = all(store);
+            let size = log.len() as u64;
+            seen.push(format!("{log:?}"));
+            seen.push(format!("{:?}", store.head().unwrap()));
+            seen.push(format!("{:?}", store.merkle_root(size).unwrap()));
+            seen.push(format!("{:?}", store.verify(None).unwrap()));
+            outcomes.push(seen);
+        }
+        proptest::prop_assert_eq!(&outcomes[0], &outcomes[1]);
+    }
+}
