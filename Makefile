@@ -80,6 +80,8 @@ lint: $(VENV)/bin/python
 # The release binary is built first: the exec bench times whole `sandlog`
 # processes with it (first exec in a new root, warm and cold module cache)
 # and prints its size.
+# The postgres bench finds its server as the tests do
+# (tests/support/pg.rs: $SANDLOG_TEST_PG_URL, else a throwaway cluster).
 bench: runtimes
 	cargo build --release -p sandlog-cli
 	cargo bench -p sandlog-tests

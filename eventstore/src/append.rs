@@ -49,7 +49,8 @@ pub struct Head {
     pub recorded_at: Option<Timestamp>,
 }
 
-fn validate_batch(events: &[NewEvent]) -> Result<()> {
+/// Checks one stream's events against the limits before any storage work.
+pub(crate) fn validate_batch(events: &[NewEvent]) -> Result<()> {
     let invalid = |reason: String| Err(EventStoreError::InvalidBatch(reason));
     if events.len() > BATCH_EVENTS_MAX {
         return invalid(format!(
@@ -200,27 +201,7 @@ impl EventStore {
         &self,
         batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
     ) -> Result<Vec<Envelope>> {
-        let total: usize = batch.iter().map(|(_, _, events)| events.len()).sum();
-        if total > BATCH_EVENTS_MAX {
-            return Err(EventStoreError::InvalidBatch(format!(
-                "{total} events in one append; the limit is {BATCH_EVENTS_MAX}"
-            )));
-        }
-        let mut streams = HashSet::with_capacity(batch.len());
-        let mut ids = HashSet::with_capacity(total);
-        for (stream, _, events) in batch {
-            if !events.is_empty() && !streams.insert(*stream) {
-                return Err(EventStoreError::InvalidBatch(format!(
-                    "stream {stream} appears twice in the batch"
-                )));
-            }
-            if let Some(event) = events.iter().find(|event| !ids.insert(event.event_id)) {
-                return Err(EventStoreError::InvalidBatch(format!(
-                    "event id {} appears twice in the batch",
-                    event.event_id
-                )));
-            }
-        }
+        let total = validate_multi(batch)?;
         if total == 0 {
             return Ok(Vec::new());
         }
@@ -232,6 +213,78 @@ impl EventStore {
             Ok(envelopes)
         })
     }
+}
+
+/// Checks a several-stream batch as a whole (total size, each stream
+/// once, each id once); returns the number of events. Shared by every
+/// backend.
+pub(crate) fn validate_multi(
+    batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
+) -> Result<usize> {
+    let total: usize = batch.iter().map(|(_, _, events)| events.len()).sum();
+    if total > BATCH_EVENTS_MAX {
+        return Err(EventStoreError::InvalidBatch(format!(
+            "{total} events in one append; the limit is {BATCH_EVENTS_MAX}"
+        )));
+    }
+    let mut streams = HashSet::with_capacity(batch.len());
+    let mut ids = HashSet::with_capacity(total);
+    for (stream, _, events) in batch {
+        if !events.is_empty() && !streams.insert(*stream) {
+            return Err(EventStoreError::InvalidBatch(format!(
+                "stream {stream} appears twice in the batch"
+            )));
+        }
+        if let Some(event) = events.iter().find(|event| !ids.insert(event.event_id)) {
+            return Err(EventStoreError::InvalidBatch(format!(
+                "event id {} appears twice in the batch",
+                event.event_id
+            )));
+        }
+    }
+    Ok(total)
+}
+
+/// The expected-version rule, given the stream's actual version. Shared by
+/// every backend.
+pub(crate) fn check_version(
+    stream: StreamId,
+    expected: ExpectedVersion,
+    actual: Option<StreamVersion>,
+) -> Result<()> {
+    let matches = match expected {
+        ExpectedVersion::Any => true,
+        ExpectedVersion::NoStream => actual.is_none(),
+        ExpectedVersion::Exact(version) => actual == Some(version),
+    };
+    if !matches {
+        return Err(EventStoreError::VersionConflict {
+            stream,
+            expected,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Whether a stored envelope is the retry of `event` at
+/// `expected_position` of `stream_text`: what makes a second append of the
+/// same ids an idempotent retry rather than [`EventStoreError::EventIdReused`].
+/// Shared by every backend.
+pub(crate) fn is_same_event(
+    envelope: &Envelope,
+    event: &NewEvent,
+    stream_text: &str,
+    expected_position: Position,
+) -> bool {
+    envelope.position == expected_position
+        && envelope.stream.to_string() == stream_text
+        && envelope.kind == event.kind
+        && envelope.schema == event.schema
+        && envelope.payload == event.payload
+        && envelope.actor == event.actor
+        && envelope.correlation_id == event.correlation_id
+        && envelope.causation_id == event.causation_id
 }
 
 /// Inserts one batch inside an open write transaction: the idempotency
@@ -361,18 +414,7 @@ pub(crate) fn check_expected(
     expected: ExpectedVersion,
 ) -> Result<Option<StreamVersion>> {
     let actual = read_stream_version(transaction, stream_text)?;
-    let matches = match expected {
-        ExpectedVersion::Any => true,
-        ExpectedVersion::NoStream => actual.is_none(),
-        ExpectedVersion::Exact(version) => actual == Some(version),
-    };
-    if !matches {
-        return Err(EventStoreError::VersionConflict {
-            stream,
-            expected,
-            actual,
-        });
-    }
+    check_version(stream, expected, actual)?;
     Ok(actual)
 }
 
@@ -399,15 +441,7 @@ fn stored_batch(
                 });
             }
         };
-        let same = envelope.position == expected_position
-            && envelope.stream.to_string() == stream_text
-            && envelope.kind == event.kind
-            && envelope.schema == event.schema
-            && envelope.payload == event.payload
-            && envelope.actor == event.actor
-            && envelope.correlation_id == event.correlation_id
-            && envelope.causation_id == event.causation_id;
-        if !same {
+        if !is_same_event(&envelope, event, stream_text, expected_position) {
             return Err(EventStoreError::EventIdReused {
                 event_id: event.event_id,
                 position: envelope.position,

@@ -1,12 +1,13 @@
 //! The [`Backend`] trait: what any log storage must provide.
 //!
-//! SQLite ([`crate::EventStore`]) is the embedded default. A PostgreSQL
-//! backend (global position from a sequence under a lock, per-stream
-//! versions by unique constraint) can carry many writers on many hosts by
-//! implementing the same contract; it is planned, not built. Code that only
-//! needs the log (not the SQLite read models) should take `&dyn Backend`.
+//! SQLite ([`crate::EventStore`]) is the embedded default. PostgreSQL
+//! (`PgEventStore`, feature `postgres`) carries many writers on many hosts
+//! with the same contract: the same positions, hashes, Merkle roots and
+//! proofs for the same input. Code that only needs the log (not the SQLite
+//! read models) should take `&dyn Backend`.
 
-use sandlog_core::{Envelope, Hash, NewEvent, StreamId, StreamVersion};
+use sandlog_core::merkle::MerkleHash;
+use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
 
 use crate::append::{ExpectedVersion, Head};
 use crate::chain::{Digest, VerifyReport};
@@ -53,6 +54,13 @@ pub trait Backend: Send + Sync {
     fn blob_state(&self, hash: &Hash) -> Result<crate::BlobState>;
     /// Stream a blob's checked bytes to `out`.
     fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState>;
+    /// See [`EventStore::merkle_root`]: the RFC 6962 root of the first
+    /// `size` events.
+    fn merkle_root(&self, size: u64) -> Result<MerkleHash>;
+    /// See [`EventStore::inclusion_proof`].
+    fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>>;
+    /// See [`EventStore::consistency_proof`].
+    fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>>;
 }
 
 impl Backend for EventStore {
@@ -102,5 +110,17 @@ impl Backend for EventStore {
 
     fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState> {
         EventStore::read_blob(self, hash, out)
+    }
+
+    fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
+        EventStore::merkle_root(self, size)
+    }
+
+    fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
+        EventStore::inclusion_proof(self, position, size)
+    }
+
+    fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
+        EventStore::consistency_proof(self, old, new)
     }
 }

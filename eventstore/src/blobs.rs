@@ -40,9 +40,9 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const ZSTD_LEVEL: i32 = 3;
 
 /// A chunk's bytes as given.
-const CODEC_RAW: i64 = 0;
+pub(crate) const CODEC_RAW: i64 = 0;
 /// A chunk's bytes as one zstd frame.
-const CODEC_ZSTD: i64 = 1;
+pub(crate) const CODEC_ZSTD: i64 = 1;
 
 /// What storing a blob did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +132,7 @@ fn state_in(connection: &Connection, hash: &Hash) -> Result<BlobState> {
 }
 
 /// Fills `buffer` from `reader` as far as it goes; returns how much.
-fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buffer.len() {
         let Some(rest) = buffer.get_mut(filled..) else {
@@ -149,7 +149,7 @@ fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Compresses one chunk, or keeps it raw when that is not smaller.
-fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
+pub(crate) fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
     let compressed =
         zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| EventStoreError::Io {
             context: "compressing a blob chunk".into(),
@@ -160,6 +160,32 @@ fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
     } else {
         (CODEC_RAW, raw.to_vec())
     })
+}
+
+/// One stored chunk's raw bytes, checked against its length and hash.
+/// Pure, shared by every backend. The error is what the bytes hash to
+/// (the zero hash when they cannot even be decoded), for
+/// [`EventStoreError::BlobCorrupt`].
+pub(crate) fn decode_chunk(
+    codec: i64,
+    raw_len: i64,
+    chunk_hash: &[u8],
+    data: &[u8],
+) -> std::result::Result<Vec<u8>, Hash> {
+    let raw_len = usize::try_from(raw_len)
+        .ok()
+        .filter(|len| *len <= CHUNK_BYTES.max(BLOB_BYTES_MAX))
+        .ok_or(Hash::GENESIS)?;
+    let raw = match codec {
+        CODEC_RAW => data.to_vec(),
+        CODEC_ZSTD => zstd::bulk::decompress(data, raw_len).map_err(|_| Hash::GENESIS)?,
+        _ => return Err(Hash::GENESIS),
+    };
+    let actual = Hash::of(&raw);
+    if raw.len() != raw_len || Hash::from_slice(chunk_hash) != Some(actual) {
+        return Err(actual);
+    }
+    Ok(raw)
 }
 
 /// Streams a blob into the open transaction. See [`crate::Write::put_blob_from`].
@@ -398,25 +424,11 @@ fn copy_chunks(
             .get_ref(4)?
             .as_blob()
             .map_err(|_| corrupt(Hash::GENESIS))?;
-        let raw_len = usize::try_from(raw_len)
-            .ok()
-            .filter(|len| *len <= CHUNK_BYTES.max(BLOB_BYTES_MAX))
-            .ok_or_else(|| corrupt(Hash::GENESIS))?;
         if seq != expected_seq {
             return Err(corrupt(Hash::GENESIS));
         }
         expected_seq += 1;
-        let raw = match codec {
-            CODEC_RAW => data.to_vec(),
-            CODEC_ZSTD => {
-                zstd::bulk::decompress(data, raw_len).map_err(|_| corrupt(Hash::GENESIS))?
-            }
-            _ => return Err(corrupt(Hash::GENESIS)),
-        };
-        let actual = Hash::of(&raw);
-        if raw.len() != raw_len || Hash::from_slice(&chunk_hash) != Some(actual) {
-            return Err(corrupt(actual));
-        }
+        let raw = decode_chunk(codec, raw_len, &chunk_hash, data).map_err(corrupt)?;
         hasher.update(&raw);
         written += raw.len() as u64;
         out.write_all(&raw).map_err(|source| EventStoreError::Io {

@@ -172,6 +172,12 @@ pub enum EventStoreError {
     /// see [`EventStoreError::kind`] and [`EventStoreError::is_retryable`].
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL failed (see [`EventStoreError::kind`] and
+    /// [`EventStoreError::is_retryable`], which classify it by SQLSTATE).
+    /// A lost connection is [`EventStoreError::Io`] instead.
+    #[cfg(feature = "postgres")]
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[source] postgres::Error),
     /// A filesystem error around the database file.
     #[error("{context}: {source}")]
     Io {
@@ -231,6 +237,8 @@ impl EventStoreError {
             Self::Sqlite(error) if is_disk_full(error) => "disk_full",
             Self::Sqlite(error) if is_busy(error) => "busy",
             Self::Sqlite(_) => "database",
+            #[cfg(feature = "postgres")]
+            Self::Postgres(error) => crate::postgres::error_kind(error),
             Self::Io { .. } => "io",
             Self::MerkleDamaged { .. } => "integrity",
             Self::Merkle(_) => "invalid",
@@ -259,6 +267,10 @@ impl EventStoreError {
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
             Self::BlobErased { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(error) if crate::postgres::is_retryable(error) => ErrorClass::Conflict,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => ErrorClass::Io,
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
         }
     }
@@ -268,7 +280,12 @@ impl EventStoreError {
     /// rebuild, a writer in another process). A [`Self::VersionConflict`]
     /// is not: the caller must re-read and re-decide first.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Sqlite(error) if is_busy(error))
+        match self {
+            Self::Sqlite(error) => is_busy(error),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(error) => crate::postgres::is_retryable(error),
+            _ => false,
+        }
     }
 
     /// Whether this is an integrity failure (CLI exit code 4).

@@ -25,8 +25,9 @@
 //! * [`blobs`]: content-addressed, compressed, chunked, erasable blobs.
 //! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
 //!   inclusion and consistency proofs.
-//! * [`backend`]: the [`Backend`] trait a second backend (PostgreSQL) will
-//!   implement.
+//! * [`backend`]: the [`Backend`] trait both backends implement.
+//! * `postgres` (feature `postgres`): `postgres::PgEventStore`, the same
+//!   log on a PostgreSQL database shared by many processes and hosts.
 
 pub mod append;
 pub mod backend;
@@ -34,6 +35,8 @@ pub mod blobs;
 pub mod chain;
 pub mod error;
 pub mod merkle;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod read;
 pub mod sqlite;
 pub mod subscribe;

@@ -84,7 +84,7 @@ fn to_i64(value: u64, what: &str) -> Result<i64> {
     })
 }
 
-fn missing_node(id: NodeId) -> EventStoreError {
+pub(crate) fn missing_node(id: NodeId) -> EventStoreError {
     EventStoreError::MerkleDamaged {
         reason: format!(
             "node level {} index {} is missing; rebuild the tree from the events",
@@ -160,25 +160,54 @@ impl NodeSource for StoredNodes<'_> {
                 })?;
             return Ok(MerkleHash(hash));
         }
-        let span = 1u64 << id.level;
-        let start = id.index.checked_mul(span).ok_or_else(|| missing_node(id))?;
-        let leaves = self.event_hashes(start, start + span)?;
-        let mut level: Vec<MerkleHash> = leaves
-            .iter()
-            .map(|hash| merkle::leaf_hash(&hash.0))
-            .collect();
-        while level.len() > 1 {
-            level = level
-                .chunks(2)
-                .map(|pair| match pair {
-                    [left, right] => merkle::node_hash(left, right),
-                    [single] => *single,
-                    _ => merkle::empty_root(),
-                })
-                .collect();
-        }
-        level.first().copied().ok_or_else(|| missing_node(id))
+        let (start, end) = leaf_span(id)?;
+        let leaves = self.event_hashes(start, end)?;
+        subtree_of_events(id, &leaves)
     }
+}
+
+/// The leaves `start..end` a node below the stored levels covers.
+/// Shared by every backend.
+pub(crate) fn leaf_span(id: NodeId) -> Result<(u64, u64)> {
+    let span = 1u64 << id.level;
+    let start = id.index.checked_mul(span).ok_or_else(|| missing_node(id))?;
+    let end = start.checked_add(span).ok_or_else(|| missing_node(id))?;
+    Ok((start, end))
+}
+
+/// The hash of node `id`, below the stored levels, from the chain hashes
+/// of the events it covers (see [`leaf_span`]). Pure: every backend reads
+/// the hashes its own way and folds them here, so roots and proofs agree
+/// across backends.
+pub(crate) fn subtree_of_events(id: NodeId, leaves: &[Hash]) -> Result<MerkleHash> {
+    let mut level: Vec<MerkleHash> = leaves
+        .iter()
+        .map(|hash| merkle::leaf_hash(&hash.0))
+        .collect();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|pair| match pair {
+                [left, right] => merkle::node_hash(left, right),
+                [single] => *single,
+                _ => merkle::empty_root(),
+            })
+            .collect();
+    }
+    level.first().copied().ok_or_else(|| missing_node(id))
+}
+
+/// The nodes a backend stores when `leaf` (an event's chain hash) is
+/// appended to `frontier`: the completed ones at levels
+/// [`STORED_LEVEL_MIN`] and up.
+pub(crate) fn nodes_to_store(
+    frontier: &mut Frontier,
+    leaf: &Hash,
+) -> impl Iterator<Item = (NodeId, MerkleHash)> {
+    frontier
+        .append(&leaf.0)
+        .into_iter()
+        .filter(|(id, _)| id.level >= STORED_LEVEL_MIN)
 }
 
 /// The frontier of the stored tree of `size` leaves.
@@ -202,14 +231,12 @@ pub(crate) fn append_leaves(
         .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
     for envelope in envelopes {
         debug_assert_eq!(envelope.position.0, frontier.size() + 1);
-        for (id, hash) in frontier.append(&envelope.hash.0) {
-            if id.level >= STORED_LEVEL_MIN {
-                insert.execute(params![
-                    id.level,
-                    to_i64(id.index, "node index")?,
-                    hash.0.as_slice()
-                ])?;
-            }
+        for (id, hash) in nodes_to_store(frontier, &envelope.hash) {
+            insert.execute(params![
+                id.level,
+                to_i64(id.index, "node index")?,
+                hash.0.as_slice()
+            ])?;
         }
     }
     Ok(())

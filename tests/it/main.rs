@@ -1,4 +1,7 @@
 //! sandlog integration tests: one binary, one module per area.
+/// The log's storage contract run on SQLite and on PostgreSQL, and the
+/// same input giving the same log on both.
+mod backend_conformance;
 /// Correlation ids and causation through the engine, the applier
 /// included.
 mod correlation;
@@ -35,6 +38,9 @@ mod lifecycle;
 mod merkle;
 /// The precompiled-module cache shared by roots.
 mod module_cache;
+/// The PostgreSQL backend: many writer processes, SIGKILL, locks,
+/// migrations, triggers, connection errors.
+mod postgres_backend;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;

@@ -7,6 +7,9 @@
 //! clippy (it is a library), so it follows the production rules: no
 //! `unwrap`, no indexing, errors as `Result`.
 
+/// A real PostgreSQL server and a database per test.
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
