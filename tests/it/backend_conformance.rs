@@ -460,6 +460,38 @@ fn reads_by_range_stream_time_and_kind_behave_alike() {
 }
 
 #[test]
+fn reads_by_correlation_id_behave_alike() {
+    for subject in subjects() {
+        let name = subject.name();
+        let store = subject.backend();
+        let task = uuid::Uuid::from_u128(42);
+        let other = uuid::Uuid::from_u128(43);
+        let mut batch = events("session.created", 6);
+        for (index, event) in batch.iter_mut().enumerate() {
+            event.correlation_id = [Some(task), Some(other), None]
+                .get(index % 3)
+                .copied()
+                .flatten();
+        }
+        store
+            .append(session(), ExpectedVersion::NoStream, &batch)
+            .unwrap();
+        let found = store
+            .query_page(&LogFilter {
+                correlation: Some(task),
+                ..LogFilter::default()
+            })
+            .unwrap();
+        let positions: Vec<u64> = found.iter().map(|e| e.position.0).collect();
+        assert_eq!(positions, [1, 4], "{name}");
+        assert!(
+            found.iter().all(|e| e.correlation_id == Some(task)),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn reads_page_through_a_log_longer_than_a_page() {
     let n = sandlog_eventstore::PAGE_EVENTS + 100;
     for subject in subjects() {
