@@ -246,6 +246,8 @@ impl EventStoreError {
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
             Self::BlobErased { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(error) => crate::postgres::error_class(error),
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
         }
     }
