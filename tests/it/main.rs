@@ -29,6 +29,9 @@ mod lifecycle;
 mod merkle;
 /// The precompiled-module cache shared by roots.
 mod module_cache;
+/// Native work: real shell scripts run in workspaces, outside changes
+/// synced, reconcile agreeing, the stat cache, the size limit, the lease.
+mod native;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;

@@ -54,6 +54,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                 output.line(&session.session_id.to_string())?;
             }
         }
+        SessionCommand::Sync { id } => return super::native::sync(engine, &id, output),
         SessionCommand::List { status: wanted } => {
             let sessions = engine.sessions(wanted.map(status))?;
             if output.json {
