@@ -425,7 +425,7 @@ impl Engine {
                 event.causation_id = Some(started_id);
                 let envelopes = self.append_to_session(session_id, version, &[event])?;
                 let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
-                tracing::warn!(target: "sandlog::lifecycle", event = "native.completed", %session_id, %source, "native command could not start");
+                tracing::info!(target: "sandlog::lifecycle", event = "native.completed", %session_id, %source, "native command could not start");
                 return Err(RuntimeError::NativeNotStarted {
                     program: program.to_string_lossy().into_owned(),
                     position,
