@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// an id, a path leaving the workspace or naming a directory, a restore
 /// into a directory that is not empty), 3 not found (a root, a session, a
 /// file, an execution, a point before the session existed), 4 integrity
-/// failure, 5 guest failure. With `--json`, an error is
+/// failure, 5 guest failure (or a `run` command that failed). With `--json`, an error is
 /// `{"error":{"kind","message"}}` on stderr. The reference table of every
 /// command is docs/cli.md.
 ///

@@ -91,10 +91,21 @@ fn run_records_a_script_with_its_actor_and_passes_its_output_through() {
 
     let events = log(&root, &id);
     let kinds = kinds(&events);
-    let tail: Vec<&str> = kinds.iter().rev().take(4).rev().map(String::as_str).collect();
+    let tail: Vec<&str> = kinds
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         tail,
-        ["native.started", "native.completed", "file.written", "file.deleted"]
+        [
+            "native.started",
+            "native.completed",
+            "file.written",
+            "file.deleted"
+        ]
     );
     for event in events.iter().rev().take(4) {
         assert_eq!(event["actor"], "agent-1", "{event}");
@@ -109,13 +120,27 @@ fn run_records_a_script_with_its_actor_and_passes_its_output_through() {
             .clone(),
     )
     .unwrap();
-    assert!(timeline.contains("native command started: sh -c"), "{timeline}");
-    assert!(timeline.contains("native command completed: exit 0"), "{timeline}");
+    assert!(
+        timeline.contains("native command started: sh -c"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("native command completed: exit 0"),
+        "{timeline}"
+    );
     assert!(timeline.contains("native work wrote new.txt"), "{timeline}");
 
     // --json: the output goes to stderr, the record to stdout.
     let output = sandlog(&root)
-        .args(["--json", "run", &id, "--", "sh", "-c", "echo out; printf x > x.txt"])
+        .args([
+            "--json",
+            "run",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo out; printf x > x.txt",
+        ])
         .assert()
         .success()
         .get_output()
@@ -147,7 +172,16 @@ fn run_exits_5_on_failure_and_timeout_and_3_when_not_found() {
     );
 
     let output = sandlog(&root)
-        .args(["--json", "run", &id, "--timeout", "300ms", "--", "sleep", "30"])
+        .args([
+            "--json",
+            "run",
+            &id,
+            "--timeout",
+            "300ms",
+            "--",
+            "sleep",
+            "30",
+        ])
         .assert()
         .code(5)
         .get_output()
@@ -170,7 +204,10 @@ fn run_exits_5_on_failure_and_timeout_and_3_when_not_found() {
     let kinds = kinds(&log(&root, &id));
     assert_eq!(kinds.last().map(String::as_str), Some("native.completed"));
     assert_eq!(
-        kinds.iter().filter(|kind| *kind == "native.started").count(),
+        kinds
+            .iter()
+            .filter(|kind| *kind == "native.started")
+            .count(),
         3
     );
 
@@ -186,15 +223,12 @@ fn sync_records_outside_changes_once_and_reconcile_agrees() {
     std::fs::write(dir.join("a.txt"), b"a").unwrap();
     std::fs::create_dir(dir.join("sub")).unwrap();
     std::fs::write(dir.join("sub/b.txt"), b"b").unwrap();
-    let report = json_success(sandlog(&root).args([
-        "--json",
-        "--actor",
-        "agent-2",
-        "session",
-        "sync",
-        &id,
-    ]));
-    assert_eq!(report["files_written"], serde_json::json!(["a.txt", "sub/b.txt"]));
+    let report =
+        json_success(sandlog(&root).args(["--json", "--actor", "agent-2", "session", "sync", &id]));
+    assert_eq!(
+        report["files_written"],
+        serde_json::json!(["a.txt", "sub/b.txt"])
+    );
     assert_eq!(report["files_deleted"], serde_json::json!([]));
     assert_eq!(report["size_exceeded"], Value::Null);
     assert_eq!(report["recorded"], true);
@@ -240,7 +274,15 @@ fn run_and_sync_warn_when_the_size_limit_is_passed() {
         .success();
     let id = create(&root);
     let output = sandlog(&root)
-        .args(["--json", "run", &id, "--", "sh", "-c", "head -c 2000 /dev/zero > big"])
+        .args([
+            "--json",
+            "run",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "head -c 2000 /dev/zero > big",
+        ])
         .assert()
         .success()
         .get_output()
