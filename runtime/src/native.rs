@@ -469,11 +469,15 @@ impl Engine {
             None => status.recv().ok(),
             Some(timeout) => match status.recv_timeout(timeout) {
                 Ok(waited) => Some(waited),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    timed_out = true;
-                    kill_group(pid);
-                    status.recv().ok()
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => match status.try_recv() {
+                    // It ended just as the timeout passed: not killed.
+                    Ok(waited) => Some(waited),
+                    Err(_) => {
+                        timed_out = true;
+                        kill_group(pid);
+                        status.recv().ok()
+                    }
+                },
                 Err(mpsc::RecvTimeoutError::Disconnected) => None,
             },
         };
@@ -774,8 +778,10 @@ fn kill_group(pid: u32) {
     // no memory of ours.
     #[expect(unsafe_code, reason = "kill has no memory preconditions")]
     let result = unsafe { libc::kill(-pid, libc::SIGKILL) };
-    if result != 0 {
-        tracing::warn!(pid, error = %std::io::Error::last_os_error(), "killing the native command's process group failed");
+    let error = std::io::Error::last_os_error();
+    // ESRCH: every process of the group has ended already.
+    if result != 0 && error.raw_os_error() != Some(libc::ESRCH) {
+        tracing::warn!(pid, %error, "killing the native command's process group failed");
     }
 }
 

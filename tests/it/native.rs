@@ -196,6 +196,13 @@ fn a_native_script_is_recorded_with_its_files_output_and_actor() -> TestResult {
     assert_eq!(engine.read_file(id, &path("keep.txt"))?, b"changed");
     assert_no_drift(engine)?;
     assert!(engine.verify(None, &|_| {})?.ok);
+    // The HTML report shows both events.
+    let mut html = Vec::new();
+    engine.write_report(id, &mut html)?;
+    let html = String::from_utf8(html)?;
+    assert!(html.contains("native command started (not sandboxed)"));
+    assert!(html.contains("native command completed"));
+    assert!(html.contains("native work wrote"));
     Ok(())
 }
 
