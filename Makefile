@@ -79,7 +79,7 @@ lint: $(VENV)/bin/python
 
 # The release binary is built first: the exec bench times whole `sandlog`
 # processes with it (first exec in a new root, warm and cold module cache)
-# and prints its size.
+# and prints its size; the sync bench times `sandlog session sync` with it.
 bench: runtimes
 	cargo build --release -p sandlog-cli
 	cargo bench -p sandlog-tests
