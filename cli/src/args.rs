@@ -125,10 +125,13 @@ pub enum Command {
     /// native`) after it ends. Its output passes through live (with
     /// --json, both streams to stderr). It gets SANDLOG_SESSION_ID,
     /// SANDLOG_WORKSPACE and SANDLOG_READONLY (the session's read-only
-    /// directories joined by `:`; not enforced for native commands). A
-    /// workspace left past the session's size limit is recorded and
-    /// warned about (native work cannot be stopped). Exits 5 if the
-    /// command exited non-zero or was killed; 3 if it was not found.
+    /// directories joined by `:`; not enforced for native commands). It
+    /// runs in its own process group: SIGINT (Ctrl-C), SIGTERM, SIGHUP and
+    /// SIGQUIT sent to sandlog are passed on to it, and its end is still
+    /// recorded. A workspace left past the session's size limit is
+    /// recorded and warned about (native work cannot be stopped). Exits 5
+    /// if the command exited non-zero or was killed; 3 if it was not
+    /// found.
     Run(RunArgs),
     /// Files of a session: ls, cat, put, rm, restore (as of a point).
     #[command(subcommand)]

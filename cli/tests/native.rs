@@ -312,3 +312,57 @@ fn run_and_sync_warn_when_the_size_limit_is_passed() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("size limit"));
     assert_no_drift(&root);
 }
+
+#[test]
+fn ctrl_c_stops_the_command_and_its_end_is_recorded() {
+    let (_dir, root) = init();
+    let id = create(&root);
+    let started = workspace(&root, &id).join("started");
+    // The binary assert_cmd runs for `sandlog()`, spawned so the test can
+    // signal it while the command runs.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("sandlog"))
+        .env_remove("SANDLOG_ROOT")
+        .env("NO_COLOR", "1")
+        .arg("--root")
+        .arg(&root)
+        .args(["run", &id, "--", "sh", "-c", "touch started; exec sleep 60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SIGINT to sandlog alone, as a terminal's Ctrl-C would send it if
+    // the command were not in its own process group.
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sandlog did not end after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(5));
+    let events = log(&root, &id);
+    let last = events
+        .iter()
+        .rev()
+        .find(|event| event["kind"] == "native.completed")
+        .expect("the end is recorded");
+    assert_eq!(last["payload"]["signal"], 2, "{last}");
+    assert_eq!(last["payload"]["exit_code"], Value::Null, "{last}");
+}

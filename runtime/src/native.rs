@@ -111,6 +111,13 @@ pub struct NativeOptions {
     pub evidence_bytes: Option<u64>,
     /// Where its output goes while it runs.
     pub passthrough: Passthrough,
+    /// While it runs, forward SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+    /// this process to the command's process group (which a terminal's
+    /// Ctrl-C no longer reaches), so the command ends and its end is
+    /// still recorded. For a process that runs one native command and
+    /// then exits (the CLI): the handlers cannot be taken back, so
+    /// afterwards this process ignores those signals.
+    pub forward_signals: bool,
 }
 
 /// What a native command did.
@@ -460,6 +467,11 @@ impl Engine {
         // The child is waited for on its own thread, so the timeout is a
         // channel wait rather than polling.
         let pid = child.id();
+        let forwarding = if options.forward_signals {
+            forward_signals(pid)
+        } else {
+            Forwarding::default()
+        };
         let (status_sender, status) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = status_sender.send(child.wait());
@@ -482,6 +494,7 @@ impl Engine {
             },
         };
         let duration = spawned_at.elapsed();
+        forwarding.stop();
         let exit = match waited {
             Some(Ok(exit)) => Some(exit),
             Some(Err(error)) => {
@@ -783,6 +796,65 @@ fn kill_group(pid: u32) {
     if result != 0 && error.raw_os_error() != Some(libc::ESRCH) {
         tracing::warn!(pid, %error, "killing the native command's process group failed");
     }
+}
+
+/// Signals a terminal or a supervisor sends to stop a process.
+const FORWARDED_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Signal handlers forwarding to one process group, while `group` is not
+/// 0.
+#[derive(Default)]
+struct Forwarding {
+    group: Arc<std::sync::atomic::AtomicI32>,
+    handlers: Vec<signal_hook_registry::SigId>,
+}
+
+impl Forwarding {
+    /// Stops forwarding (the group has ended: its id may be reused).
+    fn stop(self) {
+        self.group.store(0, std::sync::atomic::Ordering::SeqCst);
+        for handler in self.handlers {
+            signal_hook_registry::unregister(handler);
+        }
+    }
+}
+
+/// Forwards [`FORWARDED_SIGNALS`] to the process group `pid` leads. A
+/// handler that cannot be installed is logged; the run goes on.
+fn forward_signals(pid: u32) -> Forwarding {
+    let mut forwarding = Forwarding::default();
+    let Ok(group) = libc::pid_t::try_from(pid) else {
+        return forwarding;
+    };
+    forwarding
+        .group
+        .store(group, std::sync::atomic::Ordering::SeqCst);
+    for signal in FORWARDED_SIGNALS {
+        let target = forwarding.group.clone();
+        let action = move || {
+            let group = target.load(std::sync::atomic::Ordering::SeqCst);
+            if group > 0 {
+                // kill(2) is async-signal-safe and touches no memory of
+                // ours.
+                #[expect(unsafe_code, reason = "kill has no memory preconditions")]
+                unsafe {
+                    libc::kill(-group, signal);
+                }
+            }
+        };
+        // The action only loads an atomic and calls kill(2), both
+        // async-signal-safe, as a signal handler must be.
+        #[expect(unsafe_code, reason = "the handler is async-signal-safe")]
+        let registered = unsafe { signal_hook_registry::register(signal, action) };
+        match registered {
+            Ok(handler) => forwarding.handlers.push(handler),
+            Err(error) => {
+                tracing::warn!(signal, %error, "could not forward a signal to the native command");
+            }
+        }
+    }
+    forwarding
 }
 
 /// The stat cache of `session_id` under `root`.

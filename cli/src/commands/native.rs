@@ -45,6 +45,9 @@ pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliErr
         } else {
             Passthrough::Inherit
         },
+        // Ctrl-C (or a supervisor's SIGTERM) stops the command, whose end
+        // is then recorded; this process exits right after.
+        forward_signals: true,
     };
     let run = engine.run_native(session_id, &args.command, &options)?;
     if output.json {
