@@ -151,6 +151,17 @@ fn run_records_a_script_with_its_actor_and_passes_its_output_through() {
     assert_eq!(record["files_deleted"], serde_json::json!([]));
     assert!(record["duration_ms"].is_u64());
     assert_eq!(output.stderr, b"out\n");
+
+    // Our stdin is the command's.
+    sandlog(&root)
+        .args(["run", &id, "--", "sh", "-c", "cat > got.txt"])
+        .write_stdin("typed input")
+        .assert()
+        .success();
+    assert_eq!(
+        std::fs::read(workspace(&root, &id).join("got.txt")).unwrap(),
+        b"typed input"
+    );
     assert_no_drift(&root);
 }
 

@@ -111,6 +111,9 @@ pub struct NativeOptions {
     pub evidence_bytes: Option<u64>,
     /// Where its output goes while it runs.
     pub passthrough: Passthrough,
+    /// Give it this process's stdin (else it reads from `/dev/null`: a
+    /// server's stdin, such as an MCP stream, is not the command's).
+    pub inherit_stdin: bool,
     /// While it runs, forward SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
     /// this process to the command's process group (which a terminal's
     /// Ctrl-C no longer reaches), so the command ends and its end is
@@ -331,7 +334,8 @@ impl Engine {
     /// it (see the module documentation: this is **not** sandboxed).
     ///
     /// The command gets the workspace as its working directory, its own
-    /// process group, our stdin, and the environment plus
+    /// process group, our stdin if `options.inherit_stdin`, and the
+    /// environment plus
     /// `SANDLOG_SESSION_ID`, `SANDLOG_WORKSPACE` and `SANDLOG_READONLY`
     /// (the session's read-only host directories joined by `:`; not
     /// enforced). Its stdout and stderr are kept up to the engine's output
@@ -403,7 +407,11 @@ impl Engine {
                 "SANDLOG_READONLY",
                 readonly_list(&self.readonly_mounts(&session.readonly)),
             )
-            .stdin(Stdio::inherit())
+            .stdin(if options.inherit_stdin {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);

@@ -48,6 +48,7 @@ pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliErr
         // Ctrl-C (or a supervisor's SIGTERM) stops the command, whose end
         // is then recorded; this process exits right after.
         forward_signals: true,
+        inherit_stdin: true,
     };
     let run = engine.run_native(session_id, &args.command, &options)?;
     if output.json {
