@@ -6,8 +6,10 @@
 //! `sandlog session sync` process (opening the root included) when the
 //! binary beside this bench exists (`make bench` builds the release one).
 //!
-//! Run: `cargo bench -p sandlog-tests --bench sync`. Size:
-//! `SANDLOG_BENCH_SYNC_FILES` (default 10000).
+//! Run: `cargo bench -p sandlog-tests --bench sync`. Sizes:
+//! `SANDLOG_BENCH_SYNC_FILES` (default 10000), `SANDLOG_BENCH_SYNC_FILE_BYTES`
+//! (each file's size, default 10: what hashing costs grows with it, what
+//! the stat cache costs does not).
 
 use std::error::Error;
 use std::path::Path;
@@ -37,6 +39,10 @@ fn main() -> BenchResult<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    let file_bytes: usize = std::env::var("SANDLOG_BENCH_SYNC_FILE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let root = tempfile::tempdir()?;
     Engine::init(root.path())?;
     let engine = Engine::open(
@@ -61,17 +67,16 @@ fn main() -> BenchResult<()> {
         if index < 100 {
             std::fs::create_dir(&dir)?;
         }
-        std::fs::write(
-            dir.join(format!("f{index:05}.txt")),
-            format!("file {index}\n"),
-        )?;
+        let mut content = format!("file {index}\n").into_bytes();
+        content.resize(file_bytes.max(content.len()), b'.');
+        std::fs::write(dir.join(format!("f{index:05}.txt")), content)?;
     }
     let first_started = Instant::now();
     let first = engine.sync_session(id)?;
     let first_sync = first_started.elapsed();
     assert_eq!(first.files_written.len(), files);
     println!(
-        "{files} files made in {:.0} ms; first sync (records them all) {:.0} ms",
+        "{files} files of {file_bytes} bytes made in {:.0} ms; first sync (records them all) {:.0} ms",
         ms(made.elapsed() - first_sync),
         ms(first_sync)
     );
@@ -147,11 +152,11 @@ fn main() -> BenchResult<()> {
     println!("| measurement (median of {RUNS}) | result | target |");
     println!("|---|---|---|");
     println!(
-        "| `Engine::sync_session`, {files} unchanged files, stat cache warm | {:.1} ms | ≤ 200 ms |",
+        "| `Engine::sync_session`, {files} unchanged files of {file_bytes} bytes, stat cache warm | {:.1} ms | ≤ 200 ms |",
         ms(median(cached))
     );
     println!(
-        "| `Engine::sync_session`, {files} unchanged files, no cache (every file hashed) | {:.1} ms | — |",
+        "| `Engine::sync_session`, {files} unchanged files of {file_bytes} bytes, no cache (every file hashed) | {:.1} ms | — |",
         ms(median(uncached))
     );
     println!(
