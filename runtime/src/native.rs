@@ -38,6 +38,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -415,10 +416,18 @@ impl Engine {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // Installed before the spawn: a signal that arrives before the
+        // command's group exists is held and passed on once it does.
+        let forwarding = if options.forward_signals {
+            forward_signals()
+        } else {
+            Forwarding::default()
+        };
         let spawned_at = Instant::now();
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(source) => {
+                forwarding.stop();
                 let message = format!("could not start {}: {source}", program.to_string_lossy());
                 let completed = NativeCompleted {
                     exit_code: None,
@@ -475,11 +484,7 @@ impl Engine {
         // The child is waited for on its own thread, so the timeout is a
         // channel wait rather than polling.
         let pid = child.id();
-        let forwarding = if options.forward_signals {
-            forward_signals(pid)
-        } else {
-            Forwarding::default()
-        };
+        forwarding.started(pid);
         let (status_sender, status) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = status_sender.send(child.wait());
@@ -810,49 +815,68 @@ fn kill_group(pid: u32) {
 const FORWARDED_SIGNALS: [libc::c_int; 4] =
     [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// Signal handlers forwarding to one process group, while `group` is not
-/// 0.
+/// Signal handlers forwarding to one process group, once `group` is set
+/// (not 0); `pending` holds a signal that came before.
 #[derive(Default)]
 struct Forwarding {
-    group: Arc<std::sync::atomic::AtomicI32>,
+    group: Arc<AtomicI32>,
+    pending: Arc<AtomicI32>,
     handlers: Vec<signal_hook_registry::SigId>,
 }
 
 impl Forwarding {
+    /// The command's group exists: forwards from now on, and passes on a
+    /// signal that came before. A handler stores `pending` before it
+    /// reads `group`, and this sets `group` before it takes `pending`, so
+    /// no signal falls between them (one may be passed on twice).
+    fn started(&self, pid: u32) {
+        if self.handlers.is_empty() {
+            return;
+        }
+        let Ok(group) = libc::pid_t::try_from(pid) else {
+            return;
+        };
+        self.group.store(group, Ordering::SeqCst);
+        let pending = self.pending.swap(0, Ordering::SeqCst);
+        if pending != 0 {
+            signal_group(group, pending);
+        }
+    }
+
     /// Stops forwarding (the group has ended: its id may be reused).
     fn stop(self) {
-        self.group.store(0, std::sync::atomic::Ordering::SeqCst);
+        self.group.store(0, Ordering::SeqCst);
         for handler in self.handlers {
             signal_hook_registry::unregister(handler);
         }
     }
 }
 
-/// Forwards [`FORWARDED_SIGNALS`] to the process group `pid` leads. A
-/// handler that cannot be installed is logged; the run goes on.
-fn forward_signals(pid: u32) -> Forwarding {
+/// kill(2) to the process group `group`; async-signal-safe.
+fn signal_group(group: libc::pid_t, signal: libc::c_int) {
+    // kill(2) touches no memory of ours.
+    #[expect(unsafe_code, reason = "kill has no memory preconditions")]
+    unsafe {
+        libc::kill(-group, signal);
+    }
+}
+
+/// Installs handlers that forward [`FORWARDED_SIGNALS`] to the command's
+/// process group once [`Forwarding::started`] names it. A handler that
+/// cannot be installed is logged; the run goes on.
+fn forward_signals() -> Forwarding {
     let mut forwarding = Forwarding::default();
-    let Ok(group) = libc::pid_t::try_from(pid) else {
-        return forwarding;
-    };
-    forwarding
-        .group
-        .store(group, std::sync::atomic::Ordering::SeqCst);
     for signal in FORWARDED_SIGNALS {
-        let target = forwarding.group.clone();
+        let (group, pending) = (forwarding.group.clone(), forwarding.pending.clone());
         let action = move || {
-            let group = target.load(std::sync::atomic::Ordering::SeqCst);
+            pending.store(signal, Ordering::SeqCst);
+            let group = group.load(Ordering::SeqCst);
             if group > 0 {
-                // kill(2) is async-signal-safe and touches no memory of
-                // ours.
-                #[expect(unsafe_code, reason = "kill has no memory preconditions")]
-                unsafe {
-                    libc::kill(-group, signal);
-                }
+                signal_group(group, signal);
             }
         };
-        // The action only loads an atomic and calls kill(2), both
-        // async-signal-safe, as a signal handler must be.
+        // The action only uses atomics and kill(2), all async-signal-safe,
+        // as a signal handler must be.
         #[expect(unsafe_code, reason = "the handler is async-signal-safe")]
         let registered = unsafe { signal_hook_registry::register(signal, action) };
         match registered {
