@@ -445,8 +445,8 @@ fn the_stat_cache_skips_unchanged_files_and_is_never_trusted_blindly() -> TestRe
     assert!(!report.recorded);
     assert_eq!(report.files_hashed, 50);
 
-    // A cache from before the log changed (a host write since) does not
-    // vouch for a file whose projected hash moved on.
+    // A host write after the cache was written, then an outside write
+    // of a same-sized file: recorded against the host write's hash.
     settle();
     sync_ok(engine, id)?;
     engine.write_file(id, &path("f3.txt"), b"host", true)?;
