@@ -547,35 +547,11 @@ impl Engine {
             None
         };
 
-        let scan_started_at = Instant::now();
-        let deadline = scan_started_at + limits.timeout.max(SCAN_TIME_MIN);
-        let after = workspace.scan_bounded(&ScanLimits {
-            deadline: Some(deadline),
-            ..scan_limits
-        })?;
-        let mut changes = crate::scan::changes(
-            &workspace,
-            &session.files,
-            &before,
-            &after,
-            &Bounds {
-                changed_files_max: limits.changed_files_max,
-                hash_bytes_max: self.native_hash_budget(quota),
-                deadline,
-            },
-        )?;
-        with_by(&mut changes);
-        let scan_ms = millis(scan_started_at.elapsed());
-        let size_exceeded = size_check(&after, quota);
-        let scan = scan_record(&changes, scan_ms);
-        let envelopes = self.write_session(session_id, version, |write, version| {
-            if budget > 0 {
-                write.put_blob(&stdout)?;
-                write.put_blob(&stderr)?;
-            }
-            let (kept, evidence) =
-                crate::evidence::keep_files(write, &workspace, &changes.written, budget)?;
-            let completed = NativeCompleted {
+        let completed_with =
+            |scan: Option<ExecutionScan>,
+             evidence: Option<sandlog_core::event::ExecEvidence>,
+             size_exceeded: Option<SizeExceeded>,
+             message: Option<String>| NativeCompleted {
                 exit_code,
                 signal,
                 duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
@@ -585,21 +561,80 @@ impl Engine {
                 stderr_bytes: stderr.len() as u64,
                 stderr_blake3: Hash::of(&stderr),
                 stderr_truncated,
-                scan: Some(Box::new(scan.clone())),
-                evidence: Some(evidence),
+                scan: scan.map(Box::new),
+                evidence,
                 size_exceeded,
                 timed_out,
-                message: message.clone(),
+                message,
             };
-            let mut completed = self.event(&Event::NativeCompleted(completed));
-            completed.causation_id = Some(started_id);
-            let events = self.caused_by(completed, &kept, &changes.deleted);
-            Ok(write.append(
-                session_id.stream(),
-                ExpectedVersion::Exact(version),
-                &events,
-            )?)
-        })?;
+        // What the command changed, recorded with its end in one append.
+        let record = || -> Result<_> {
+            let scan_started_at = Instant::now();
+            let deadline = scan_started_at + limits.timeout.max(SCAN_TIME_MIN);
+            let after = workspace.scan_bounded(&ScanLimits {
+                deadline: Some(deadline),
+                ..scan_limits
+            })?;
+            let mut changes = crate::scan::changes(
+                &workspace,
+                &session.files,
+                &before,
+                &after,
+                &Bounds {
+                    changed_files_max: limits.changed_files_max,
+                    hash_bytes_max: self.native_hash_budget(quota),
+                    deadline,
+                },
+            )?;
+            with_by(&mut changes);
+            let scan_ms = millis(scan_started_at.elapsed());
+            let size_exceeded = size_check(&after, quota);
+            let scan = scan_record(&changes, scan_ms);
+            let envelopes = self.write_session(session_id, version, |write, version| {
+                if budget > 0 {
+                    write.put_blob(&stdout)?;
+                    write.put_blob(&stderr)?;
+                }
+                let (kept, evidence) =
+                    crate::evidence::keep_files(write, &workspace, &changes.written, budget)?;
+                let completed = completed_with(
+                    Some(scan.clone()),
+                    Some(evidence),
+                    size_exceeded,
+                    message.clone(),
+                );
+                let mut completed = self.event(&Event::NativeCompleted(completed));
+                completed.causation_id = Some(started_id);
+                let events = self.caused_by(completed, &kept, &changes.deleted);
+                Ok(write.append(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(version),
+                    &events,
+                )?)
+            })?;
+            Ok((changes, scan_ms, size_exceeded, envelopes))
+        };
+        let (changes, scan_ms, size_exceeded, envelopes) = match record() {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                // The command ran: its end is recorded even when what it
+                // changed could not be (`reconcile` will show the drift).
+                let completed = completed_with(
+                    None,
+                    None,
+                    None,
+                    Some(format!(
+                        "the command ended, but recording what it changed failed: {error}"
+                    )),
+                );
+                let mut event = self.event(&Event::NativeCompleted(completed));
+                event.causation_id = Some(started_id);
+                if let Err(also) = self.append_to_session(session_id, version, &[event]) {
+                    tracing::error!(%session_id, %also, "recording the native command's end failed too");
+                }
+                return Err(error);
+            }
+        };
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
         tracing::info!(target: "sandlog::lifecycle", event = "native.completed", %session_id, exit_code, signal, timed_out, files_written = changes.written.len(), files_deleted = changes.deleted.len(), "native command recorded");
         self.maybe_checkpoint(false);
