@@ -13,11 +13,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// Exit codes: 0 ok, 1 failure (also a refused operation: a held session,
 /// content that was not kept or was erased), 2 usage or bad input (a flag,
-/// an id, a path leaving the workspace or naming a directory, a restore
-/// into a directory that is not empty), 3 not found (a root, a session, a
-/// file, an execution, a point before the session existed), 4 integrity
-/// failure, 5 guest failure (or a `run` command that failed). With `--json`, an error is
-/// `{"error":{"kind","message"}}` on stderr. The reference table of every
+/// an id, a path leaving the workspace or naming a directory, an input past
+/// a limit, a restore into a directory that is not empty), 3 not found (a
+/// root, a session, a file, an execution, a point before the session
+/// existed), 4 integrity failure, 5 guest failure (or a `run` command that failed). With
+/// `--json`, an error is `{"error":{"kind","class","message"}}` on stderr. The reference table of every
 /// command is docs/cli.md.
 ///
 /// Output into a pipe whose reader has gone (`| head`) ends the command
@@ -381,17 +381,52 @@ pub enum ConfigCommand {
 /// Session subcommands.
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// Create a session.
+    /// Create a session; prints its id. Context files are written into the
+    /// new workspace in the same transaction as its creation (recorded as
+    /// host writes by the creating actor).
     Create {
         /// A label, `key=value` (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
+        /// The task group (a task id, say): `session list --group`,
+        /// `session delete --group` and `prune --group` act on a group.
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
+        /// A regular file to write into the workspace (repeatable), at its
+        /// own name or at DEST (a workspace path such as `.task/spec.json`).
+        /// A FILE whose name holds `=` is given as DEST=FILE. At most 64
+        /// files and 64 MiB in all.
+        #[arg(long, value_name = "[DEST=]FILE")]
+        context: Vec<String>,
+        /// A host directory the session's executions can read but not
+        /// change (repeatable), seen at GUEST or at /data/<its name>. Kept in
+        /// the session's metadata. Native commands (`sandlog run`) are told
+        /// of it in $SANDLOG_READONLY; they are trusted, so it is not
+        /// enforced for them.
+        #[arg(long, value_name = "[GUEST=]DIR")]
+        readonly: Vec<String>,
+        /// The session's size limit (`512MiB`): executions and host writes
+        /// that would pass it fail with the limit as the outcome, and native
+        /// work that passed it is reported. Default: the root's
+        /// `session.max_size`, else the workspace quota (100 MiB).
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
     },
     /// List sessions with their metadata.
     List {
         /// Only sessions with this status.
         #[arg(long, value_enum)]
         status: Option<StatusArg>,
+        /// Only sessions of this task group.
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
+    },
+    /// Print the workspace directory of an active session, for a trusted
+    /// agent to use as its working directory. What it changes there is
+    /// recorded by `sandlog session sync` (or by `sandlog run`).
+    Path {
+        /// The session id.
+        id: String,
     },
     /// Show one session (metadata in the seed's shape, plus status and sizes).
     Show {
@@ -403,10 +438,17 @@ pub enum SessionCommand {
         /// The session id.
         id: String,
     },
-    /// Delete a session: intent, delete the directory, completion.
+    /// Delete a session: intent, delete the directory, completion. With
+    /// --group, every active session of the group, each with its own
+    /// intent and completion (exit 1 if any could not be deleted; the
+    /// others still are).
     Delete {
         /// The session id.
-        id: String,
+        #[arg(required_unless_present = "group", conflicts_with = "group")]
+        id: Option<String>,
+        /// Every active session of this task group.
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
         /// Why (recorded in the log).
         #[arg(long, default_value = "deleted by operator")]
         reason: String,

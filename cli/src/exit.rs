@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use sandlog_runtime::RuntimeError;
+use sandlog_runtime::core::ErrorClass;
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -125,6 +126,18 @@ impl CliError {
         }
     }
 
+    /// The class of the failure (`{"error":{"class"}}`).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CliError::Runtime(error) => error.class(),
+            CliError::Reworded { source, .. } => source.class(),
+            CliError::Usage { .. } => ErrorClass::BadInput,
+            CliError::NotFound { .. } => ErrorClass::NotFound,
+            CliError::Integrity(_) => ErrorClass::Integrity,
+            CliError::Io { .. } => ErrorClass::Io,
+        }
+    }
+
     /// The exit code.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -138,33 +151,22 @@ impl CliError {
     }
 }
 
-/// The exit code of an engine error.
+/// The exit code of an engine error, by its class. Bad input and a limit
+/// are exit 2: the engine refused what the caller asked for rather than
+/// failed doing it (a malformed value, a path that leaves the workspace or
+/// names a directory, an input past its limit), so the fix is a different
+/// argument. A restore into a directory that is not empty is exit 2 too,
+/// though the class is a conflict: the fix is a different `--to`.
 fn runtime_exit_code(error: &RuntimeError) -> u8 {
-    if error.is_integrity() {
-        EXIT_INTEGRITY
-    } else if error.is_not_found() || matches!(error, RuntimeError::RuntimeMissing { .. }) {
-        EXIT_NOT_FOUND
-    } else if is_bad_input(error) {
-        EXIT_USAGE
-    } else {
-        EXIT_FAILURE
+    if matches!(error, RuntimeError::NotEmpty { .. }) {
+        return EXIT_USAGE;
     }
-}
-
-/// Whether the engine refused what the caller asked for rather than failed
-/// doing it: a malformed value, a path that leaves the workspace (by `..`
-/// or through a symlink) or names a directory where a file is needed, an
-/// input over its limit. Exit 2: the fix is a different argument.
-fn is_bad_input(error: &RuntimeError) -> bool {
-    matches!(
-        error,
-        RuntimeError::Invalid(_)
-            | RuntimeError::EscapesWorkspace { .. }
-            | RuntimeError::IsDirectory { .. }
-            | RuntimeError::InputTooLarge { .. }
-            | RuntimeError::CodeTooLarge { .. }
-            | RuntimeError::NotEmpty { .. }
-    )
+    match error.class() {
+        ErrorClass::Integrity => EXIT_INTEGRITY,
+        ErrorClass::NotFound => EXIT_NOT_FOUND,
+        ErrorClass::BadInput | ErrorClass::Limit => EXIT_USAGE,
+        ErrorClass::Conflict | ErrorClass::Refused | ErrorClass::Io => EXIT_FAILURE,
+    }
 }
 
 /// Writes a line on stderr; a closed or full stderr is ignored, as
@@ -208,7 +210,7 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
             .unwrap_or_default()
             .trim_start_matches("error: ")
             .to_owned();
-        let document = serde_json::json!({"error": {"kind": "usage", "message": message}});
+        let document = serde_json::json!({"error": {"kind": "usage", "class": "bad_input", "message": message}});
         stderr_line(&document.to_string());
     } else {
         // A closed stderr is not worth a panic.

@@ -145,8 +145,7 @@ impl Output {
     /// Reports an error on stderr.
     pub fn error(&self, error: &CliError) {
         if self.json {
-            let document =
-                serde_json::json!({"error": {"kind": error.kind(), "message": error.to_string()}});
+            let document = serde_json::json!({"error": {"kind": error.kind(), "class": error.class().as_str(), "message": error.to_string()}});
             crate::exit::stderr_line(&document.to_string());
         } else {
             // Messages can carry guest-chosen names: escaped like every

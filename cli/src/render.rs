@@ -163,6 +163,7 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
         output,
         &[
             "session", "status", "created", "updated", "execs", "files", "size", "legacy", "held",
+            "group",
         ],
     );
     for session in sessions {
@@ -184,6 +185,10 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             } else {
                 "-".to_owned()
             },
+            session
+                .group
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), escaped),
         ]);
     }
     table

@@ -167,7 +167,20 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     let root = dir.path().join("root");
     let mut documents: Vec<(&str, Value)> = Vec::new();
     documents.push(("init", run(&root, &["init"], 0)));
-    let created = run(&root, &["session", "create", "--label", "team=qa"], 0);
+    let created = run(
+        &root,
+        &[
+            "session",
+            "create",
+            "--label",
+            "team=qa",
+            "--group",
+            "task-1",
+            "--max-size",
+            "10MiB",
+        ],
+        0,
+    );
     let id = created["session_id"].as_str().unwrap().to_owned();
     documents.push(("session create", created));
     let input = dir.path().join("input.txt");
@@ -196,6 +209,7 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     ));
     documents.push(("session list", run(&root, &["session", "list"], 0)));
     documents.push(("session show", run(&root, &["session", "show", &id], 0)));
+    documents.push(("session path", run(&root, &["session", "path", &id], 0)));
     documents.push((
         "session timeline",
         run(&root, &["session", "timeline", &id], 0),
@@ -273,6 +287,11 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     std::fs::write(root.join("workspaces").join(&id).join("outside.txt"), "y")?;
     documents.push(("session sync", run(&root, &["session", "sync", &id], 0)));
     documents.push(("session delete", run(&root, &["session", "delete", &id], 0)));
+    run(&root, &["session", "create", "--group", "task-2"], 0);
+    documents.push((
+        "session delete --group",
+        run(&root, &["session", "delete", "--group", "task-2"], 0),
+    ));
 
     let mut text = String::from(
         "# JSON output of each command\n\n\

@@ -121,8 +121,8 @@ fn session_list_is_plain_columns_with_short_ids() -> TestResult {
     assert_eq!(
         normalise(&table, &[short]),
         "\
-SESSION   STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD
-<id0>     active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -
+SESSION   STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD  GROUP
+<id0>     active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -     -
 "
     );
     assert!(
@@ -134,16 +134,16 @@ SESSION   STATUS  CREATED                      UPDATED                      EXEC
     assert_eq!(
         normalise(&wide, &[&id]),
         "\
-SESSION                               STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD
-<id0>                                 active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -
+SESSION                               STATUS  CREATED                      UPDATED                      EXECS  FILES  SIZE  LEGACY  HELD  GROUP
+<id0>                                 active  YYYY-MM-DDTHH:MM:SS.ffffffZ  YYYY-MM-DDTHH:MM:SS.ffffffZ  0      0      0 B   -       -     -
 "
     );
 
     let tsv = stdout_of(sandlog(&root).args(["--format", "tsv", "session", "list"]));
     assert_eq!(
         normalise(&tsv, &[&id]).replace(' ', ""),
-        "session\tstatus\tcreated\tupdated\texecs\tfiles\tsize\tlegacy\theld\n\
-         <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0B\t-\t-\n"
+        "session\tstatus\tcreated\tupdated\texecs\tfiles\tsize\tlegacy\theld\tgroup\n\
+         <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0B\t-\t-\t-\n"
     );
 
     // `log`: the same layout, stream ids short, the actor shown.

@@ -2,6 +2,51 @@
 
 use crate::path::PathError;
 
+/// What kind of failure an error is: every error of every crate has one,
+/// so callers map errors to exit codes, HTTP statuses or exception classes
+/// by this enum, never by comparing kind strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Something named does not exist: a root, a session, a file, a blob,
+    /// a runtime, a point in history.
+    NotFound,
+    /// The state changed or is in use: re-read and decide again, or retry
+    /// later (a version conflict, a busy database or session, a file that
+    /// exists, a session no longer active or under a hold).
+    Conflict,
+    /// Stored data failed verification: the chain, a blob, the read
+    /// models, the root's anchor, a signature.
+    Integrity,
+    /// A named bound was reached: a quota, a size limit, an input past its
+    /// largest size.
+    Limit,
+    /// The input was malformed or names something it may not (a path
+    /// leaving the workspace, a directory where a file is needed).
+    BadInput,
+    /// The operation is refused as such: content that was not kept or was
+    /// erased.
+    Refused,
+    /// The environment failed: the disk, the database, the sandbox's
+    /// machinery.
+    Io,
+}
+
+impl ErrorClass {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::NotFound => "not_found",
+            ErrorClass::Conflict => "conflict",
+            ErrorClass::Integrity => "integrity",
+            ErrorClass::Limit => "limit",
+            ErrorClass::BadInput => "bad_input",
+            ErrorClass::Refused => "refused",
+            ErrorClass::Io => "io",
+        }
+    }
+}
+
 /// A value handed to `sandlog-core` was not valid. Nothing was changed.
 ///
 /// Callers show the message to whoever supplied the input; none of these is
@@ -87,5 +132,10 @@ impl CoreError {
             Self::InvalidPayload { .. } => "invalid_payload",
             Self::InvalidHash { .. } => "invalid_hash",
         }
+    }
+
+    /// Every rejected input is [`ErrorClass::BadInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::BadInput
     }
 }

@@ -28,7 +28,7 @@ pub mod time;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use envelope::{Envelope, Hash, NewEvent, append_chain_input, canonical_bytes, chain_hash};
-pub use error::CoreError;
+pub use error::{CoreError, ErrorClass};
 pub use event::{Event, Outcome, WrittenBy};
 pub use ids::{EventId, Position, SessionId, StreamId, StreamVersion};
 pub use path::{PathError, WorkspacePath};

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use sandlog_core::{EventId, Hash, Position, StreamId, StreamVersion};
+use sandlog_core::{ErrorClass, EventId, Hash, Position, StreamId, StreamVersion};
 
 use crate::append::ExpectedVersion;
 
@@ -220,6 +220,28 @@ impl EventStoreError {
         }
     }
 
+    /// The class of the failure.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            // The bytes changed while being stored: read them again.
+            Self::VersionConflict { .. } | Self::BlobHashMismatch { .. } => ErrorClass::Conflict,
+            Self::EventIdReused { .. } | Self::InvalidBatch(_) | Self::Merkle(_) => {
+                ErrorClass::BadInput
+            }
+            Self::NotADatabase { .. }
+            | Self::ForeignDatabase { .. }
+            | Self::SchemaTooNew { .. } => ErrorClass::Io,
+            Self::ChainBroken { .. }
+            | Self::Corrupt { .. }
+            | Self::BlobCorrupt { .. }
+            | Self::MerkleDamaged { .. } => ErrorClass::Integrity,
+            Self::BlobTooLarge { .. } => ErrorClass::Limit,
+            Self::BlobErased { .. } => ErrorClass::Refused,
+            Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
+            Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
+        }
+    }
+
     /// Whether the same call may succeed if simply made again later:
     /// another connection held the database past the busy timeout (a long
     /// rebuild, a writer in another process). A [`Self::VersionConflict`]
@@ -230,13 +252,7 @@ impl EventStoreError {
 
     /// Whether this is an integrity failure (CLI exit code 4).
     pub fn is_integrity(&self) -> bool {
-        matches!(
-            self,
-            Self::ChainBroken { .. }
-                | Self::BlobCorrupt { .. }
-                | Self::Corrupt { .. }
-                | Self::MerkleDamaged { .. }
-        )
+        self.class() == ErrorClass::Integrity
     }
 }
 

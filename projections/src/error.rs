@@ -31,7 +31,20 @@ pub enum ProjectionError {
 }
 
 impl ProjectionError {
-    /// A stable, machine-readable name for the CLI's `{"error":{"kind"}}`.
+    /// The class of the failure.
+    pub fn class(&self) -> sandlog_core::ErrorClass {
+        use sandlog_core::ErrorClass;
+        match self {
+            Self::Store(error) => error.class(),
+            Self::Sqlite(error) if sandlog_eventstore::is_busy(error) => ErrorClass::Conflict,
+            Self::Sqlite(_) => ErrorClass::Io,
+            Self::Corrupt(_) => ErrorClass::Integrity,
+            Self::UnknownSession(_) => ErrorClass::NotFound,
+            Self::InvalidPattern { .. } => ErrorClass::BadInput,
+        }
+    }
+
+    /// The stable kind (`not_found`, `busy`, …).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Store(error) => error.kind(),

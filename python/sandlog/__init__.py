@@ -186,6 +186,10 @@ class Session:
     """The last execution's outcome."""
     held: Optional[str] = None
     """The reason of a legal hold in force (never pruned, deleted or erased while held)."""
+    group: Optional[str] = None
+    """The task group given at creation."""
+    max_size: Optional[int] = None
+    """The size limit given at creation, bytes (else the root's default applies)."""
 
     @classmethod
     def _from_native(cls, raw: Dict[str, Any]) -> "Session":
@@ -201,6 +205,8 @@ class Session:
             labels=dict(raw["labels"]),
             last_outcome=raw["last_outcome"],
             held=raw["held"],
+            group=raw["group"],
+            max_size=raw["max_size"],
         )
 
 
@@ -424,17 +430,53 @@ class Engine:
 
     # Sessions
 
-    def create_session(self, labels: Optional[Mapping[str, str]] = None) -> str:
-        """Creates a session (an empty workspace); returns its id."""
-        return self._native.create_session(_labels(labels))
+    def create_session(
+        self,
+        labels: Optional[Mapping[str, str]] = None,
+        *,
+        group: Optional[str] = None,
+        max_size: Optional[int] = None,
+        context: Optional[Mapping[str, bytes]] = None,
+        readonly: Optional[Mapping[str, str]] = None,
+    ) -> str:
+        """Creates a session; returns its id.
+
+        ``group`` puts it in a task group (listed, deleted and pruned
+        together). ``max_size`` is its size limit in bytes (else the root's
+        ``session.max_size``, else the workspace quota). ``context`` maps
+        workspace paths to bytes written into the new workspace and recorded
+        with its creation (at most 64 files, 64 MiB). ``readonly`` maps guest
+        paths (``/data/task``) to host directories its executions can read
+        but not change. Nothing is created if any of them is refused."""
+        files: List[Tuple[str, bytes]] = []
+        if context is not None:
+            if not isinstance(context, Mapping):
+                raise TypeError(f"context must be a mapping of path to bytes, not {type(context).__name__}")
+            for path, data in context.items():
+                files.append((_text("context path", path), _bytes(f"context {path!r}", data)))
+        mounts: List[Tuple[str, str]] = []
+        if readonly is not None:
+            if not isinstance(readonly, Mapping):
+                raise TypeError(f"readonly must be a mapping of guest path to host directory, not {type(readonly).__name__}")
+            for guest, host in readonly.items():
+                mounts.append((_text("readonly guest path", guest), _text(f"readonly {guest!r}", os.fspath(host))))
+        return self._native.create_session(
+            _labels(labels),
+            None if group is None else _text("group", group),
+            _count("max_size", max_size),
+            files,
+            mounts,
+        )
 
     def session(self, session_id: str) -> Session:
         """The session ``session_id``; :class:`NotFound` if there is none."""
         return Session._from_native(self._native.session(_text("session_id", session_id)))
 
-    def sessions(self) -> List[Session]:
-        """Every session the log knows, in any status."""
-        return [Session._from_native(raw) for raw in self._native.sessions()]
+    def sessions(self, *, group: Optional[str] = None) -> List[Session]:
+        """Every session the log knows, in any status (with ``group``, that
+        task group's)."""
+        wanted = None if group is None else _text("group", group)
+        return [Session._from_native(raw) for raw in self._native.sessions(wanted)]
 
     def delete_session(self, session_id: str) -> int:
         """Deletes a session and its workspace; returns the bytes reclaimed."""
@@ -512,10 +554,12 @@ class Engine:
         max_sessions: Optional[int] = None,
         max_bytes: Optional[int] = None,
         max_deletions: Optional[int] = None,
+        group: Optional[str] = None,
     ) -> PruneResult:
         """Deletes sessions idle at least ``older_than``, and the oldest
         beyond ``max_sessions`` or ``max_bytes``, at most ``max_deletions``
-        in this run. Legacy (adopted without metadata) and held sessions are
+        in this run; with ``group``, among that task group's sessions only.
+        Legacy (adopted without metadata) and held sessions are
         skipped. With ``dry_run`` nothing changes and the result lists what
         a real run would delete now."""
         older_us: Optional[int] = None
@@ -534,6 +578,7 @@ class Engine:
                 _count("max_sessions", max_sessions),
                 _count("max_bytes", max_bytes),
                 _count("max_deletions", max_deletions),
+                None if group is None else _text("group", group),
             )
         )
         return PruneResult(

@@ -16,9 +16,16 @@ class Engine:
     @property
     def closed(self) -> bool: ...
     def root(self) -> str: ...
-    def create_session(self, labels: Dict[str, str]) -> str: ...
+    def create_session(
+        self,
+        labels: Dict[str, str],
+        group: Optional[str] = None,
+        max_size: Optional[int] = None,
+        context: List[Tuple[str, bytes]] = ...,
+        readonly: List[Tuple[str, str]] = ...,
+    ) -> str: ...
     def session(self, session_id: str) -> Dict[str, Any]: ...
-    def sessions(self) -> List[Dict[str, Any]]: ...
+    def sessions(self, group: Optional[str] = None) -> List[Dict[str, Any]]: ...
     def execute(
         self,
         session_id: str,
@@ -40,6 +47,7 @@ class Engine:
         max_sessions: Optional[int],
         max_bytes: Optional[int],
         max_deletions: Optional[int],
+        group: Optional[str] = None,
     ) -> str: ...
     def log_page(
         self, session_id: Optional[str], since_us: Optional[int], from_position: int, limit: int

@@ -17,7 +17,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use sandlog_runtime::applier::ReconcileOptions;
 use sandlog_runtime::core::policy::PrunePolicy;
-use sandlog_runtime::core::{CoreError, Position, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::core::{
+    CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
+};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
@@ -52,25 +54,15 @@ impl From<CoreError> for Failure {
     }
 }
 
-/// The `sandlog` exception class of an engine error, by its stable kind.
+/// The `sandlog` exception class of an engine error, by its class.
 fn class_of(error: &RuntimeError) -> &'static str {
-    if error.is_integrity() {
-        return "IntegrityError";
-    }
-    if error.is_not_found() {
-        return "NotFound";
-    }
-    let kind = error.kind();
-    match kind {
-        "conflict" | "busy" | "file_exists" | "session_not_active" | "held" | "not_empty"
-        | "version_conflict" => "Conflict",
-        "quota" | "too_large" => "LimitExceeded",
-        "runtime_missing" => "NotFound",
-        "path_escapes" | "is_directory" | "invalid_pattern" | "invalid_limit"
-        | "invalid_request" | "invalid" => "InvalidInput",
-        "corrupt" | "read_model_corrupt" | "changed" => "IntegrityError",
-        _ if kind.starts_with("invalid_") => "InvalidInput",
-        _ => "Error",
+    match error.class() {
+        ErrorClass::Integrity => "IntegrityError",
+        ErrorClass::NotFound => "NotFound",
+        ErrorClass::Conflict => "Conflict",
+        ErrorClass::Limit => "LimitExceeded",
+        ErrorClass::BadInput => "InvalidInput",
+        ErrorClass::Refused | ErrorClass::Io => "Error",
     }
 }
 
@@ -159,6 +151,8 @@ fn session_dict<'py>(py: Python<'py>, summary: &SessionSummary) -> PyResult<Boun
     dict.set_item("legacy", summary.legacy)?;
     dict.set_item("labels", summary.labels.clone())?;
     dict.set_item("held", summary.held.clone())?;
+    dict.set_item("group", summary.group.clone())?;
+    dict.set_item("max_size", summary.max_size)?;
     dict.set_item(
         "last_outcome",
         summary.last_outcome.map(|outcome| outcome.as_str()),
@@ -261,9 +255,43 @@ impl PyEngine {
         })
     }
 
-    fn create_session(&self, py: Python<'_>, labels: BTreeMap<String, String>) -> PyResult<String> {
+    #[pyo3(signature = (labels, group=None, max_size=None, context=Vec::new(), readonly=Vec::new()))]
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        labels: BTreeMap<String, String>,
+        group: Option<String>,
+        max_size: Option<u64>,
+        context: Vec<(String, Vec<u8>)>,
+        readonly: Vec<(String, String)>,
+    ) -> PyResult<String> {
         self.with(py, move |engine| {
-            Ok(engine.create_session(labels)?.session_id.to_string())
+            let context = context
+                .into_iter()
+                .map(|(path, bytes)| {
+                    Ok(sandlog_runtime::ContextFile {
+                        path: workspace_path(&path)?,
+                        bytes,
+                    })
+                })
+                .collect::<Result<Vec<_>, Failure>>()?;
+            let readonly = readonly
+                .into_iter()
+                .map(
+                    |(guest_path, host_path)| sandlog_runtime::sandbox::ReadonlyMount {
+                        host_path: std::path::PathBuf::from(host_path),
+                        guest_path,
+                    },
+                )
+                .collect();
+            let new = sandlog_runtime::NewSession {
+                labels,
+                group,
+                max_size,
+                readonly,
+                context,
+            };
+            Ok(engine.create_session_with(new)?.session_id.to_string())
         })
     }
 
@@ -274,8 +302,13 @@ impl PyEngine {
         session_dict(py, &summary)
     }
 
-    fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let sessions = self.with(py, |engine| Ok(engine.sessions(None)?))?;
+    #[pyo3(signature = (group=None))]
+    fn sessions<'py>(
+        &self,
+        py: Python<'py>,
+        group: Option<String>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let sessions = self.with(py, |engine| Ok(engine.sessions_in(None, group.as_deref())?))?;
         let list = PyList::empty(py);
         for summary in &sessions {
             list.append(session_dict(py, summary)?)?;
@@ -425,6 +458,7 @@ impl PyEngine {
         max_sessions: Option<u64>,
         max_bytes: Option<u64>,
         max_deletions: Option<u64>,
+        group: Option<String>,
     ) -> PyResult<String> {
         if older_than_us.is_none() && max_sessions.is_none() && max_bytes.is_none() {
             return Err(to_pyerr(
@@ -441,7 +475,7 @@ impl PyEngine {
                 max_deletions,
                 max_sessions,
                 max_total_bytes: max_bytes,
-                group: None,
+                group,
             };
             json(&engine.prune(&policy, dry_run, &|_, _| {})?)
         })

@@ -95,6 +95,44 @@ def test_labels_are_checked(engine: sandlog.Engine) -> None:
         engine.create_session({"": "empty key"})
 
 
+def test_a_task_session_with_group_context_data_and_limit(engine: sandlog.Engine, tmp_path: Path) -> None:
+    data = tmp_path / "task-data"
+    data.mkdir()
+    (data / "input.txt").write_text("42\n")
+    sid = engine.create_session(
+        {"agent": "a-1"},
+        group="task-42",
+        max_size=64 * 1024,
+        context={"CLAUDE.md": b"# Task\n", ".task/spec.json": b"{}"},
+        readonly={"/data/task": data},
+    )
+    session = engine.session(sid)
+    assert session.group == "task-42"
+    assert session.max_size == 64 * 1024
+    assert engine.read_file(sid, "CLAUDE.md") == b"# Task\n"
+    assert sorted(f.path for f in engine.list_files(sid)) == [".task/spec.json", "CLAUDE.md"]
+    run = engine.execute(sid, "print(open('/data/task/input.txt').read().strip())")
+    assert run.outcome == "ok" and run.stdout == "42\n"
+    with pytest.raises(sandlog.LimitExceeded):
+        engine.write_file(sid, "big.bin", b"x" * 100_000)
+    other = engine.create_session(group="task-7")
+    assert [s.session_id for s in engine.sessions(group="task-42")] == [sid]
+    result = engine.prune(max_sessions=0, group="task-7")
+    assert result.deleted_sessions == [other]
+    assert engine.session(sid).status == "active"
+    # Refused as a whole: nothing created.
+    count = len(engine.sessions())
+    with pytest.raises(sandlog.LimitExceeded):
+        engine.create_session(max_size=4, context={"a.txt": b"too long"})
+    with pytest.raises(sandlog.InvalidInput):
+        engine.create_session(context={"../escape": b"x"})
+    with pytest.raises(sandlog.InvalidInput):
+        engine.create_session(readonly={"/data/x": tmp_path / "missing"})
+    with pytest.raises(TypeError):
+        engine.create_session(context={"a.txt": "not bytes"})  # type: ignore[dict-item]
+    assert len(engine.sessions()) == count
+
+
 def test_delete_session(engine: sandlog.Engine, sid: str) -> None:
     engine.write_file(sid, "a.txt", b"12345")
     reclaimed = engine.delete_session(sid)

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use sandlog_core::{CoreError, SessionId};
+use sandlog_core::{CoreError, ErrorClass, SessionId};
 use sandlog_eventstore::EventStoreError;
 use sandlog_projections::{ProjectionError, SessionStatus};
 
@@ -350,22 +350,57 @@ impl RuntimeError {
         }
     }
 
+    /// The class of the failure, which the CLI maps to its exit code, the
+    /// server to an HTTP status and the Python package to an exception.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::RootMissing(_)
+            | Self::NotARoot { .. }
+            | Self::UnknownSession(_)
+            | Self::FileNotFound { .. }
+            | Self::RuntimeMissing { .. }
+            | Self::NoCheckpoint
+            | Self::BlobNotFound(_)
+            | Self::NotInHistory { .. } => ErrorClass::NotFound,
+            Self::SessionNotActive { .. }
+            | Self::FileExists { .. }
+            | Self::Conflict(_)
+            | Self::Busy { .. }
+            | Self::Held { .. }
+            | Self::NotEmpty { .. } => ErrorClass::Conflict,
+            Self::Invalid(error) => error.class(),
+            Self::IsDirectory { .. } | Self::EscapesWorkspace { .. } => ErrorClass::BadInput,
+            Self::QuotaExceeded { .. }
+            | Self::ContextTooLarge { .. }
+            | Self::CodeTooLarge { .. }
+            | Self::InputTooLarge { .. } => ErrorClass::Limit,
+            Self::Sandbox(error) => error.class(),
+            Self::Store(error) => error.class(),
+            Self::Projection(error) => error.class(),
+            Self::Note(_)
+            | Self::Bundle(_)
+            | Self::NotConsistent { .. }
+            | Self::LogMissing { .. }
+            | Self::AnchorMismatch { .. }
+            | Self::AnchorUnreadable { .. } => ErrorClass::Integrity,
+            Self::ContentNotKept { .. } | Self::ContentErased { .. } => ErrorClass::Refused,
+            Self::NativeNotStarted { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorClass::NotFound
+            }
+            Self::NativeNotStarted { .. } | Self::Io { .. } => ErrorClass::Io,
+        }
+    }
+
     /// Whether this is "not found" (CLI exit code 3).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::RootMissing(_) | Self::NotARoot { .. }) || self.kind() == "not_found"
+        self.class() == ErrorClass::NotFound
     }
 
     /// Whether this is an integrity failure (CLI exit code 4).
     pub fn is_integrity(&self) -> bool {
-        match self {
-            Self::LogMissing { .. }
-            | Self::AnchorMismatch { .. }
-            | Self::AnchorUnreadable { .. } => true,
-            Self::Store(error) => error.is_integrity(),
-            Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => true,
-            Self::Projection(ProjectionError::Store(error)) => error.is_integrity(),
-            _ => false,
-        }
+        self.class() == ErrorClass::Integrity
     }
 
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {

@@ -155,7 +155,7 @@ pub fn routes() -> Vec<Route> {
         route(
             Method::POST,
             "/v1/sessions",
-            "Create a session; body {\"labels\"?: {k: v}} → {\"session_id\"}",
+            "Create a session; body {\"labels\"?: {k: v}, \"group\"?, \"max_size\"?: SIZE} → {\"session_id\"} (read-only host directories are not taken over HTTP: a client must not name the server's files)",
             &[],
             Some(JSON),
             JSON,
@@ -165,11 +165,14 @@ pub fn routes() -> Vec<Route> {
             Method::GET,
             "/v1/sessions",
             "Sessions with metadata (as `session list --json`)",
-            &[(
-                "status",
-                "string",
-                "active, pruning, pruned, deleting or deleted",
-            )],
+            &[
+                (
+                    "status",
+                    "string",
+                    "active, pruning, pruned, deleting or deleted",
+                ),
+                ("group", "string", "only this task group's sessions"),
+            ],
             None,
             JSON,
             get(list_sessions),
@@ -301,7 +304,7 @@ pub fn routes() -> Vec<Route> {
         route(
             Method::POST,
             "/v1/prune",
-            "Prune by policy; body {\"older_than\", \"dry_run\"?, \"max_deletions\"?, \"max_sessions\"?, \"max_bytes\"?}",
+            "Prune by policy; body {\"older_than\", \"dry_run\"?, \"max_deletions\"?, \"max_sessions\"?, \"max_bytes\"?, \"group\"?}",
             &[],
             Some(JSON),
             JSON,
@@ -517,6 +520,9 @@ pub fn session_document(session: &SessionSummary) -> Value {
         "labels": session.labels,
         "held": session.held.is_some(),
         "hold_reason": session.held,
+        "group": session.group,
+        "max_size": session.max_size,
+        "readonly": session.readonly,
     })
 }
 
@@ -576,6 +582,8 @@ async fn health() -> axum::Json<Value> {
 struct CreateBody {
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    group: Option<String>,
+    max_size: Option<String>,
 }
 
 async fn create_session(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
@@ -586,10 +594,19 @@ async fn create_session(State(state): State<AppState>, body: Bytes) -> Result<Re
         serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request("bad_request", format!("body: {error}")))?
     };
-    let session = blocking(
-        &state,
-        move |engine| Ok(engine.create_session(body.labels)?),
-    )
+    let max_size = body
+        .max_size
+        .as_deref()
+        .map(sandlog_runtime::sessions::parse_max_size)
+        .transpose()?;
+    let session = blocking(&state, move |engine| {
+        Ok(engine.create_session_with(sandlog_runtime::NewSession {
+            labels: body.labels,
+            group: body.group,
+            max_size,
+            ..Default::default()
+        })?)
+    })
     .await?;
     let mut response = axum::Json(json!({"session_id": session.session_id})).into_response();
     *response.status_mut() = StatusCode::CREATED;
@@ -600,6 +617,7 @@ async fn create_session(State(state): State<AppState>, body: Bytes) -> Result<Re
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
+    group: Option<String>,
 }
 
 async fn list_sessions(
@@ -621,7 +639,11 @@ async fn list_sessions(
             ));
         }
     };
-    let sessions = blocking(&state, move |engine| Ok(engine.sessions(status)?)).await?;
+    let group = params.group;
+    let sessions = blocking(&state, move |engine| {
+        Ok(engine.sessions_in(status, group.as_deref())?)
+    })
+    .await?;
     let documents: Vec<Value> = sessions.iter().map(session_document).collect();
     ok_json(&documents)
 }
@@ -1064,6 +1086,7 @@ struct PruneBody {
     max_deletions: Option<u64>,
     max_sessions: Option<u64>,
     max_bytes: Option<String>,
+    group: Option<String>,
 }
 
 async fn prune(
@@ -1083,7 +1106,7 @@ async fn prune(
             .map(parse_size)
             .transpose()
             .map_err(invalid)?,
-        group: None,
+        group: body.group.clone(),
     };
     let dry_run = body.dry_run;
     let report = blocking(&state, move |engine| {

@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sandlog_runtime::RuntimeError;
+use sandlog_runtime::core::ErrorClass;
 use sandlog_runtime::sandbox::SandboxError;
 use serde_json::json;
 
@@ -118,10 +119,22 @@ pub fn status_of(error: &RuntimeError) -> (StatusCode, &'static str) {
             StatusCode::UNPROCESSABLE_ENTITY,
             "fix the limit the message names",
         ),
-        _ => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "see the server's log; the request may be retried",
-        ),
+        _ => match error.class() {
+            ErrorClass::Conflict => (
+                StatusCode::CONFLICT,
+                "the state changed or is in use; retry",
+            ),
+            ErrorClass::Limit => (StatusCode::PAYLOAD_TOO_LARGE, "send less"),
+            ErrorClass::BadInput => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "fix the value the message names",
+            ),
+            ErrorClass::Refused => (StatusCode::GONE, "only the hash of these bytes is recorded"),
+            _ => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "see the server's log; the request may be retried",
+            ),
+        },
     }
 }
 

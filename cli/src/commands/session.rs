@@ -1,9 +1,10 @@
 //! `session create|list|show|timeline|delete`.
 
-use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::history::ExecutionRecord;
 use sandlog_runtime::projections::SessionStatus;
+use sandlog_runtime::sandbox::ReadonlyMount;
+use sandlog_runtime::{ContextFile, Engine, NewSession};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -41,13 +42,38 @@ pub fn session_document(
         "labels": session.labels,
         "held": session.held.is_some(),
         "hold_reason": session.held,
+        "group": session.group,
+        "max_size": session.max_size,
+        "readonly": session.readonly,
     })
 }
 
 pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<u8, CliError> {
     match command {
-        SessionCommand::Create { labels } => {
-            let session = engine.create_session(labels.into_iter().collect())?;
+        SessionCommand::Create {
+            labels,
+            group,
+            context,
+            readonly,
+            max_size,
+        } => {
+            let new = NewSession {
+                labels: labels.into_iter().collect(),
+                group,
+                max_size: max_size
+                    .as_deref()
+                    .map(sandlog_runtime::sessions::parse_max_size)
+                    .transpose()?,
+                readonly: readonly
+                    .iter()
+                    .map(|text| readonly_mount(text))
+                    .collect::<Result<_, _>>()?,
+                context: context
+                    .iter()
+                    .map(|text| context_file(text))
+                    .collect::<Result<_, _>>()?,
+            };
+            let session = engine.create_session_with(new)?;
             if output.json {
                 output.json(&json!({"session_id": session.session_id}))?;
             } else {
@@ -55,8 +81,20 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
             }
         }
         SessionCommand::Sync { id } => return super::native::sync(engine, &id, output),
-        SessionCommand::List { status: wanted } => {
-            let sessions = engine.sessions(wanted.map(status))?;
+        SessionCommand::Path { id } => {
+            let path = engine.session_path(super::session_id(engine, &id)?)?;
+            if output.json {
+                output.json(&json!({"path": path}))?;
+            } else {
+                // Exact, not escaped: the line is for `cd "$(...)"`.
+                output.line(&path.display().to_string())?;
+            }
+        }
+        SessionCommand::List {
+            status: wanted,
+            group,
+        } => {
+            let sessions = engine.sessions_in(wanted.map(status), group.as_deref())?;
             if output.json {
                 let documents: Vec<_> = sessions.iter().map(session_document).collect();
                 output.json(&documents)?;
@@ -116,6 +154,18 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                         None => "no".to_owned(),
                     },
                 ]);
+                if let Some(group) = &session.group {
+                    table.add_row(vec!["group".to_owned(), render::escaped(group)]);
+                }
+                if let Some(max_size) = session.max_size {
+                    table.add_row(vec!["size limit".to_owned(), format_size(max_size)]);
+                }
+                for dir in &session.readonly {
+                    table.add_row(vec![
+                        format!("read-only {}", render::escaped(&dir.guest_path)),
+                        render::escaped(&dir.host_path),
+                    ]);
+                }
                 for (key, value) in &session.labels {
                     table.add_row(vec![
                         format!("label {}", render::escape_for_terminal(key)),
@@ -185,9 +235,25 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                 }
             }
         }
-        SessionCommand::Delete { id, reason, wait } => {
+        SessionCommand::Delete {
+            id: None,
+            group: Some(group),
+            reason,
+            wait,
+        } => {
             let wait =
                 sandlog_runtime::core::human::parse_duration(&wait).map_err(crate::exit::usage)?;
+            return delete_group(engine, &group, &reason, wait, output);
+        }
+        SessionCommand::Delete {
+            id, reason, wait, ..
+        } => {
+            let wait =
+                sandlog_runtime::core::human::parse_duration(&wait).map_err(crate::exit::usage)?;
+            let id = id.ok_or_else(|| CliError::Usage {
+                kind: "usage",
+                message: "say which session: an ID, or --group G for a whole group".into(),
+            })?;
             let report =
                 engine.delete_session_waiting(super::session_id(engine, &id)?, &reason, wait)?;
             if output.json {
@@ -250,6 +316,138 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
         }
     }
     Ok(0)
+}
+
+/// `--readonly [GUEST=]DIR`: a text starting with `/` and holding `=` names
+/// the guest path first.
+fn readonly_mount(text: &str) -> Result<ReadonlyMount, CliError> {
+    let (guest_path, host_path) = match text.split_once('=') {
+        Some((guest, host)) if guest.starts_with('/') => (Some(guest.to_owned()), host),
+        _ => (None, text),
+    };
+    let host_path = std::path::PathBuf::from(host_path);
+    let guest_path = match guest_path {
+        Some(guest) => guest,
+        None => sandlog_runtime::sessions::default_guest_path(&host_path)?,
+    };
+    Ok(ReadonlyMount {
+        host_path,
+        guest_path,
+    })
+}
+
+/// `--context [DEST=]FILE`: the file's bytes (a regular file, read within
+/// the context limit) and where they go.
+fn context_file(text: &str) -> Result<ContextFile, CliError> {
+    let (dest, file) = match text.split_once('=') {
+        Some((dest, file)) => (Some(dest), std::path::Path::new(file)),
+        None => (None, std::path::Path::new(text)),
+    };
+    let io = |source| CliError::Io {
+        context: format!("--context {}", file.display()),
+        source,
+    };
+    let metadata = std::fs::metadata(file).map_err(io)?;
+    if !metadata.is_file() {
+        return Err(CliError::Usage {
+            kind: "invalid_input",
+            message: format!(
+                "--context {}: not a regular file; give a file (copy a directory in with `files put` or `sandlog run`)",
+                file.display()
+            ),
+        });
+    }
+    let dest = match dest {
+        Some(dest) => dest.to_owned(),
+        None => file
+            .file_name()
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| CliError::Usage {
+                kind: "invalid_input",
+                message: format!(
+                    "--context {}: the file's name is not UTF-8; give DEST=FILE",
+                    file.display()
+                ),
+            })?
+            .to_owned(),
+    };
+    let path = sandlog_runtime::core::WorkspacePath::parse(&dest).map_err(crate::exit::usage)?;
+    let max = sandlog_runtime::sessions::CONTEXT_BYTES_MAX;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(file).map_err(io)?, max + 1),
+        &mut bytes,
+    )
+    .map_err(io)?;
+    // Past the limit the engine refuses it by size, naming the limit.
+    Ok(ContextFile { path, bytes })
+}
+
+/// `session delete --group`: each active session of the group, in turn;
+/// one that fails is reported and the rest are still deleted.
+fn delete_group(
+    engine: &Engine,
+    group: &str,
+    reason: &str,
+    wait: std::time::Duration,
+    output: &Output,
+) -> Result<u8, CliError> {
+    let sessions = engine.sessions_in(None, Some(group))?;
+    if sessions.is_empty() {
+        return Err(CliError::NotFound {
+            kind: "not_found",
+            message: format!(
+                "no session in group {group:?}; `sandlog session list` shows the sessions and their groups"
+            ),
+        });
+    }
+    let mut deleted = Vec::new();
+    let mut failed = Vec::new();
+    for session in sessions
+        .iter()
+        .filter(|session| session.status == SessionStatus::Active)
+    {
+        match engine.delete_session_waiting(session.session_id, reason, wait) {
+            Ok(report) => deleted.push(report),
+            Err(error) => failed.push((session.session_id, error)),
+        }
+    }
+    if output.json {
+        output.json(&json!({
+            "group": group,
+            "deleted": deleted.iter().map(|report| json!({
+                "session_id": report.session_id,
+                "reclaimed_bytes": report.reclaimed_bytes,
+            })).collect::<Vec<_>>(),
+            "failed": failed.iter().map(|(session_id, error)| json!({
+                "session_id": session_id,
+                "kind": error.kind(),
+                "message": error.to_string(),
+            })).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        for report in &deleted {
+            output.line(&format!(
+                "deleted {}, {} reclaimed",
+                report.session_id,
+                format_size(report.reclaimed_bytes)
+            ))?;
+        }
+        for (session_id, error) in &failed {
+            output.line(&format!("not deleted {session_id}: {error}"))?;
+        }
+        output.line(&format!(
+            "group {}: {} deleted, {} failed",
+            render::escaped(group),
+            deleted.len(),
+            failed.len()
+        ))?;
+    }
+    Ok(if failed.is_empty() {
+        crate::exit::EXIT_OK
+    } else {
+        crate::exit::EXIT_FAILURE
+    })
 }
 
 /// Bytes of code and of each output read per execution for a timeline:

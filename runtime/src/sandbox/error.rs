@@ -197,6 +197,18 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
+    /// The class of the failure: a request the sandbox refuses is bad
+    /// input; anything else is the machinery failing.
+    pub fn class(&self) -> sandlog_core::ErrorClass {
+        match self {
+            SandboxError::InvalidLimit { .. }
+            | SandboxError::InvalidRequest { .. }
+            | SandboxError::NotACommand { .. }
+            | SandboxError::ForeignModule => sandlog_core::ErrorClass::BadInput,
+            _ => sandlog_core::ErrorClass::Io,
+        }
+    }
+
     /// A stable, machine-readable name for this error's kind (used in the
     /// CLI's `{"error":{"kind":…}}`).
     pub fn kind(&self) -> &'static str {
