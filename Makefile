@@ -79,7 +79,7 @@ lint: $(VENV)/bin/python
 
 # The release binary is built first: the exec bench times whole `sandlog`
 # processes with it (first exec in a new root, warm and cold module cache)
-# and prints its size.
+# and prints its size; the sync bench times `sandlog session sync` with it.
 # The postgres bench finds its server as the tests do
 # (tests/support/pg.rs: $SANDLOG_TEST_PG_URL, else a throwaway cluster).
 bench: runtimes

@@ -16,8 +16,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// an id, a path leaving the workspace or naming a directory, an input past
 /// a limit, a restore into a directory that is not empty), 3 not found (a
 /// root, a session, a file, an execution, a point before the session
-/// existed), 4 integrity failure, 5 guest failure. With `--json`, an error
-/// is `{"error":{"kind","class","message"}}` on stderr. The reference table of every
+/// existed), 4 integrity failure, 5 guest failure (or a `run` command that failed). With
+/// `--json`, an error is `{"error":{"kind","class","message"}}` on stderr. The reference table of every
 /// command is docs/cli.md.
 ///
 /// Output into a pipe whose reader has gone (`| head`) ends the command
@@ -128,6 +128,25 @@ pub enum Command {
     /// Give the code with --code, --file, or `-` to read it from stdin.
     /// Exits 5 if the outcome is not ok or the guest exited non-zero.
     Exec(ExecCommand),
+    /// Run a trusted native command in a session's workspace and record
+    /// it. NOT SANDBOXED: the command runs as you, with the workspace as
+    /// its working directory, and can read and change anything you can;
+    /// use it for agents you trust, and `exec` for code you do not.
+    ///
+    /// `native.started` (the command line) is recorded before it starts;
+    /// `native.completed` (exit code or signal, duration, output kept
+    /// within the evidence budget) and the files it wrote or deleted (`by:
+    /// native`) after it ends. Its output passes through live (with
+    /// --json, both streams to stderr). It gets SANDLOG_SESSION_ID,
+    /// SANDLOG_WORKSPACE and SANDLOG_READONLY (the session's read-only
+    /// directories joined by `:`; not enforced for native commands). It
+    /// runs in its own process group: SIGINT (Ctrl-C), SIGTERM, SIGHUP and
+    /// SIGQUIT sent to sandlog are passed on to it, and its end is still
+    /// recorded. A workspace left past the session's size limit is
+    /// recorded and warned about (native work cannot be stopped). Exits 5
+    /// if the command exited non-zero or was killed; 3 if it was not
+    /// found.
+    Run(RunArgs),
     /// Files of a session: ls, cat, put, rm, restore (as of a point).
     #[command(subcommand)]
     Files(FilesCommand),
@@ -468,6 +487,16 @@ pub enum SessionCommand {
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
     },
+    /// Record changes made in the workspace outside sandlog since the
+    /// last record (by an agent working there natively), attributed to
+    /// --actor: `session.synced` and the files written or deleted (`by:
+    /// native`). Nothing is appended when nothing changed. Afterwards
+    /// `reconcile --deep` finds no drift. A workspace past the session's
+    /// size limit is flagged (and warned about).
+    Sync {
+        /// The session id.
+        id: String,
+    },
     /// Put a session under a legal hold: never pruned, deleted or erased
     /// until released.
     Hold {
@@ -563,6 +592,25 @@ pub struct ExecArgs {
     /// `evidence.budget`, else 32 MiB.
     #[arg(long, value_name = "SIZE")]
     pub evidence: Option<String>,
+}
+
+/// `run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The session id.
+    pub id: String,
+    /// Kill the command's process group (SIGKILL) after this long (`90s`,
+    /// `10m`); the record says so. Default: no limit.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// File bytes this run keeps as evidence (`10MiB`; `0` keeps none, and
+    /// no stdout/stderr either). Default: the root's `evidence.budget`,
+    /// else 32 MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub evidence: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// Files subcommands.

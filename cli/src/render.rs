@@ -355,12 +355,51 @@ pub fn describe_exact(envelope: &Envelope) -> String {
             },
             erased.reason
         ),
+        Event::NativeStarted(started) => {
+            format!("native command started: {}", started.argv.join(" "))
+        }
+        Event::NativeCompleted(completed) => {
+            let ended = match (completed.exit_code, completed.signal) {
+                _ if completed.timed_out => "killed at its timeout".to_owned(),
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("killed by signal {signal}"),
+                (None, None) => "did not run".to_owned(),
+            };
+            let files = completed
+                .scan
+                .as_ref()
+                .map_or(0, |scan| scan.files_recorded);
+            format!(
+                "native command completed: {ended} in {}, {files} files changed{}{}",
+                format_duration(std::time::Duration::from_micros(completed.duration_us)),
+                size_note(completed.size_exceeded),
+                completed
+                    .message
+                    .as_ref()
+                    .map_or(String::new(), |message| format!(" ({message})"))
+            )
+        }
+        Event::SessionSynced(synced) => format!(
+            "synced changes made outside sandlog: {} files{}",
+            synced.scan.as_ref().map_or(0, |scan| scan.files_recorded),
+            size_note(synced.size_exceeded)
+        ),
         Event::RootConfigured(configured) => match configured.value {
             Some(value) => format!("setting {} = {value}", configured.key),
             None => format!("setting {} unset", configured.key),
         },
         _ => envelope.kind.clone(),
     }
+}
+
+fn size_note(exceeded: Option<sandlog_runtime::core::event::SizeExceeded>) -> String {
+    exceeded.map_or(String::new(), |exceeded| {
+        format!(
+            ", past the size limit ({} of {})",
+            format_size(exceeded.bytes),
+            format_size(exceeded.max_size)
+        )
+    })
 }
 
 /// One item of drift, for a person.

@@ -278,6 +278,16 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
         run(&root, &["erase", &id, "--reason", "request 7"], 0),
     ));
     documents.push(("gc", run(&root, &["gc"], 0)));
+    documents.push((
+        "run",
+        run(
+            &root,
+            &["run", &id, "--", "sh", "-c", "printf x > native.txt"],
+            0,
+        ),
+    ));
+    std::fs::write(root.join("workspaces").join(&id).join("outside.txt"), "y")?;
+    documents.push(("session sync", run(&root, &["session", "sync", &id], 0)));
     documents.push(("session delete", run(&root, &["session", "delete", &id], 0)));
     run(&root, &["session", "create", "--group", "task-2"], 0);
     documents.push((

@@ -199,6 +199,13 @@ pub struct NativeCompleted {
     /// Set when the workspace is past the session's size limit afterwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_exceeded: Option<SizeExceeded>,
+    /// Whether its timeout passed and its process group was killed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Why the command did not run or was stopped (it could not be
+    /// started; its timeout killed it), when it did not simply exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// `session.synced`: changes made in the workspace outside sandlog since

@@ -303,6 +303,17 @@ fn path_from_bytes(bytes: Vec<u8>, text: &str) -> PathBuf {
     }
 }
 
+/// The text form of any OS string (a command-line argument, say), as
+/// `docs/names.md` writes a name: UTF-8 text as itself, a backslash as
+/// `\\`, each byte that is not part of valid UTF-8 as `\xHH`. Lossless:
+/// distinct byte strings have distinct texts.
+pub fn os_text_form(text: &OsStr) -> String {
+    let bytes = os_str_bytes(text);
+    let mut out = String::with_capacity(bytes.len());
+    push_escaped(&mut out, bytes);
+    out
+}
+
 /// Appends the text form of `bytes` to `out`: UTF-8 text as itself, a
 /// backslash as `\\`, each byte that is not part of valid UTF-8 as `\xHH`.
 fn push_escaped(out: &mut String, bytes: &[u8]) {

@@ -268,9 +268,7 @@ impl EventStoreError {
             Self::BlobErased { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
             #[cfg(feature = "postgres")]
-            Self::Postgres(error) if crate::postgres::is_retryable(error) => ErrorClass::Conflict,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => ErrorClass::Io,
+            Self::Postgres(error) => crate::postgres::error_class(error),
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
         }
     }

@@ -646,7 +646,10 @@ impl Engine {
     /// [`crate::lease::USE_WAIT_MAX`] for a prune or delete holding it) and
     /// returns the session, which must be active *after* the lease is held:
     /// a prune or delete that finished meanwhile wins.
-    fn lease_active(&self, session_id: SessionId) -> Result<(crate::lease::Lease, SessionState)> {
+    pub(crate) fn lease_active(
+        &self,
+        session_id: SessionId,
+    ) -> Result<(crate::lease::Lease, SessionState)> {
         self.lease_active_with(session_id, |engine| engine.active_session(session_id))
     }
 
@@ -918,7 +921,7 @@ impl Engine {
     /// events still describe what happened and are appended at the new
     /// version; if the session is no longer active (a prune or delete intent
     /// won the race), fails with [`RuntimeError::SessionNotActive`].
-    fn append_to_session(
+    pub(crate) fn append_to_session(
         &self,
         session_id: SessionId,
         version: sandlog_core::StreamVersion,

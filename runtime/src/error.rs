@@ -88,6 +88,19 @@ pub enum RuntimeError {
         /// The limit.
         max_size: u64,
     },
+    /// A native command could not be started (not found, not
+    /// executable). The attempt is recorded.
+    #[error(
+        "could not start {program:?}: {source}; the attempt is recorded at position {position} (check the command's name, its PATH and its permissions)"
+    )]
+    NativeNotStarted {
+        /// The program.
+        program: String,
+        /// The position of its `native.completed`.
+        position: u64,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A guest runtime module is not installed.
     #[error(
         "runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)"
@@ -302,6 +315,11 @@ impl RuntimeError {
             Self::EscapesWorkspace { .. } => "path_escapes",
             Self::QuotaExceeded { .. } | Self::ContextTooLarge { .. } => "quota",
             Self::RuntimeMissing { .. } => "runtime_missing",
+            Self::NativeNotStarted { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound => "not_found",
+                std::io::ErrorKind::PermissionDenied => "permission_denied",
+                _ => "io",
+            },
             Self::CodeTooLarge { .. } => "too_large",
             Self::Conflict(_) => "conflict",
             Self::Sandbox(error) => error.kind(),
@@ -366,7 +384,12 @@ impl RuntimeError {
             | Self::AnchorMismatch { .. }
             | Self::AnchorUnreadable { .. } => ErrorClass::Integrity,
             Self::ContentNotKept { .. } | Self::ContentErased { .. } => ErrorClass::Refused,
-            Self::Io { .. } => ErrorClass::Io,
+            Self::NativeNotStarted { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorClass::NotFound
+            }
+            Self::NativeNotStarted { .. } | Self::Io { .. } => ErrorClass::Io,
         }
     }
 

@@ -141,6 +141,19 @@ impl Lease {
     /// of the exclusive lease of a session whose terminal event is recorded
     /// (see the module documentation for why that is safe).
     pub fn remove(self) -> Result<()> {
+        // The session's stat cache (`native.rs`) goes with it: nothing
+        // syncs a finished session.
+        if let (Some(root), Some(name)) = (
+            self.path.parent().and_then(Path::parent),
+            self.path.file_stem(),
+        ) {
+            let cache = root
+                .join(crate::native::SCANS_DIR)
+                .join(Path::new(name).with_extension("bin"));
+            if let Err(error) = crate::native::remove_stat_cache(&cache) {
+                tracing::warn!(cache = %cache.display(), %error, "removing the stat cache failed");
+            }
+        }
         let result = match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -38,6 +38,7 @@ pub mod history;
 pub mod kernel;
 pub mod lease;
 pub mod lifecycle;
+pub mod native;
 pub mod proofs;
 pub mod report;
 pub mod retention;
@@ -58,6 +59,7 @@ pub use engine::{
 pub use error::{Result, RuntimeError};
 pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
 pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
+pub use native::{NativeOptions, NativeRun, Passthrough, SyncReport};
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;
 pub use sandlog_projections as projections;

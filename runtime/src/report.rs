@@ -912,6 +912,87 @@ impl Report<'_, '_> {
                 }
                 page.raw("</table>\n</article>\n");
             }
+            Event::NativeStarted(started) => {
+                self.open_event(envelope, "warn", "native command started (not sandboxed)");
+                self.page.raw("<pre>");
+                self.page.text(&started.argv.join(" "));
+                self.page.raw("</pre>\n</article>\n");
+            }
+            Event::NativeCompleted(completed) => {
+                let failed = completed.exit_code != Some(0);
+                self.open_event(
+                    envelope,
+                    if failed { "warn" } else { "" },
+                    "native command completed",
+                );
+                let page = &mut self.page;
+                page.raw("<table class=\"kv\">\n");
+                let ended = match (completed.exit_code, completed.signal) {
+                    _ if completed.timed_out => "killed at its timeout".to_owned(),
+                    (Some(code), _) => format!("exit {code}"),
+                    (None, Some(signal)) => format!("killed by signal {signal}"),
+                    (None, None) => "did not run".to_owned(),
+                };
+                page.row("ended", &ended);
+                page.row(
+                    "duration",
+                    &format_duration(std::time::Duration::from_micros(completed.duration_us)),
+                );
+                page.row(
+                    "output",
+                    &format!(
+                        "stdout {}{}, stderr {}{}",
+                        format_size(completed.stdout_bytes),
+                        if completed.stdout_truncated {
+                            " (cut)"
+                        } else {
+                            ""
+                        },
+                        format_size(completed.stderr_bytes),
+                        if completed.stderr_truncated {
+                            " (cut)"
+                        } else {
+                            ""
+                        },
+                    ),
+                );
+                if let Some(scan) = &completed.scan {
+                    page.row("files changed", &scan.files_recorded.to_string());
+                }
+                if let Some(exceeded) = completed.size_exceeded {
+                    page.row(
+                        "size limit passed",
+                        &format!(
+                            "{} of {}",
+                            format_size(exceeded.bytes),
+                            format_size(exceeded.max_size)
+                        ),
+                    );
+                }
+                if let Some(message) = &completed.message {
+                    page.row("message", message);
+                }
+                page.raw("</table>\n</article>\n");
+            }
+            Event::SessionSynced(synced) => {
+                self.open_event(envelope, "", "changes made outside sandlog synced");
+                let page = &mut self.page;
+                page.raw("<table class=\"kv\">\n");
+                if let Some(scan) = &synced.scan {
+                    page.row("files changed", &scan.files_recorded.to_string());
+                }
+                if let Some(exceeded) = synced.size_exceeded {
+                    page.row(
+                        "size limit passed",
+                        &format!(
+                            "{} of {}",
+                            format_size(exceeded.bytes),
+                            format_size(exceeded.max_size)
+                        ),
+                    );
+                }
+                page.raw("</table>\n</article>\n");
+            }
             other => {
                 let title = other.kind().to_owned();
                 self.open_event(envelope, "", &title);

@@ -76,6 +76,9 @@ pub(crate) struct Changes {
     pub limit: Option<ExecutionLimit>,
     /// [`changes_digest`] of every change found.
     pub digest: Hash,
+    /// Files hashed and found as the projection has them (a stat cache
+    /// may trust them next time).
+    pub verified: Vec<WorkspacePath>,
 }
 
 /// Compares `after` (a scan taken after the run) with the projection's
@@ -91,6 +94,7 @@ pub(crate) fn changes(
     let mut limit = after.stopped;
     let mut found: Vec<Change> = Vec::new();
     let mut budget = bounds.hash_bytes_max;
+    let mut verified = Vec::new();
     for (path, scanned) in &after.files {
         let entry = known.get(path);
         let untouched = before.get(path) == Some(scanned)
@@ -131,6 +135,7 @@ pub(crate) fn changes(
         };
         budget = budget.saturating_sub(size);
         if entry.is_some_and(|file| file.blake3 == blake3 && file.size == size) {
+            verified.push(path.clone());
             continue;
         }
         found.push(Change::Written {
@@ -188,6 +193,7 @@ pub(crate) fn changes(
         total: found.len() as u64,
         limit,
         digest: changes_digest(&found),
+        verified,
     })
 }
 

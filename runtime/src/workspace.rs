@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::{Dir, MetadataExt as _, OpenOptions};
 use std::time::Instant;
 
 use sandlog_core::event::ExecutionLimit;
@@ -43,6 +43,13 @@ pub struct Scanned {
     pub size: u64,
     /// Modification time, nanoseconds since the epoch (0 if unknown).
     pub mtime_ns: i128,
+    /// Inode change time, nanoseconds since the epoch: moves on every
+    /// write, rename and attribute change, and unlike the modification
+    /// time it cannot be set back by the writer.
+    pub ctime_ns: i128,
+    /// Inode number: a file replaced by another (renamed over it) differs
+    /// here even when its size and times match.
+    pub inode: u64,
 }
 
 /// One workspace directory, opened as a capability.
@@ -465,11 +472,15 @@ impl crate::tree::Visitor for Scanner<'_> {
                 .ok()
                 .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |duration| duration.as_nanos() as i128);
+            let ctime_ns =
+                i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
             self.files.insert(
                 path,
                 Scanned {
                     size: metadata.len(),
                     mtime_ns,
+                    ctime_ns,
+                    inode: metadata.ino(),
                 },
             );
         }

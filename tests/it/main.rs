@@ -38,6 +38,9 @@ mod lifecycle;
 mod merkle;
 /// The precompiled-module cache shared by roots.
 mod module_cache;
+/// Native work: real shell scripts run in workspaces, outside changes
+/// synced, reconcile agreeing, the stat cache, the size limit, the lease.
+mod native;
 /// The PostgreSQL backend: many writer processes, SIGKILL, locks,
 /// migrations, triggers, connection errors.
 mod postgres_backend;

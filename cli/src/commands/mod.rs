@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod forensics;
 mod misc;
+mod native;
 mod proofs;
 mod prune;
 mod report;
@@ -46,6 +47,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
             match command {
                 Command::Session(command) => session::run(&engine, command, output),
                 Command::Exec(command) => exec::run(&engine, command, output),
+                Command::Run(args) => native::run(&engine, args, output),
                 Command::Blob(command) => retention::blob(&engine, command),
                 Command::Erase(args) => retention::erase(&engine, args, output),
                 Command::Gc(args) => retention::gc(&engine, args, output),

@@ -80,6 +80,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
                 output.line(&session.session_id.to_string())?;
             }
         }
+        SessionCommand::Sync { id } => return super::native::sync(engine, &id, output),
         SessionCommand::Path { id } => {
             let path = engine.session_path(super::session_id(engine, &id)?)?;
             if output.json {

@@ -257,6 +257,16 @@ pub(crate) fn is_retryable(error: &postgres::Error) -> bool {
             })
 }
 
+/// [`EventStoreError::class`] of a PostgreSQL error: a lost race is a
+/// conflict to retry; anything else is the database failing.
+pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
+    if is_retryable(error) {
+        sandlog_core::ErrorClass::Conflict
+    } else {
+        sandlog_core::ErrorClass::Io
+    }
+}
+
 /// [`EventStoreError::kind`] of a PostgreSQL error.
 pub(crate) fn error_kind(error: &postgres::Error) -> &'static str {
     match error.code() {
