@@ -49,7 +49,6 @@ pub use chain::{Digest, VerifyReport};
 pub use error::{ChainProblem, EventStoreError, Result, is_busy, is_disk_full};
 pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};
-pub use rusqlite;
 pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION};
 pub use subscribe::{
     CONSUMER_NAME_BYTES_MAX, SUBSCRIBE_POLL, SubscribeFrom, Subscription, check_consumer_name,

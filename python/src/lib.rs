@@ -511,8 +511,8 @@ impl PyEngine {
             };
             let mut page = Vec::new();
             let mut last = None;
-            for envelope in engine.store().query(filter) {
-                let envelope = envelope.map_err(RuntimeError::from)?;
+            for envelope in engine.log(filter) {
+                let envelope = envelope?;
                 last = Some(envelope.position.0);
                 page.push(json(&envelope)?);
             }

@@ -13,6 +13,8 @@
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`sessions`]: creating sessions with a group, a size limit,
 //!   read-only directories and context files; the size limit.
+//! * [`forensics`]: the log, its head, states as of a point, statistics,
+//!   blobs and the Merkle tree, for front ends.
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
 //! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
@@ -34,6 +36,7 @@ pub mod applier;
 pub mod engine;
 pub mod error;
 pub mod evidence;
+pub mod forensics;
 pub mod history;
 pub mod kernel;
 pub mod lease;

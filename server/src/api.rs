@@ -1000,8 +1000,8 @@ async fn log(
 fn page(engine: &Engine, filter: LogFilter) -> Result<(Vec<String>, Option<u64>), ApiError> {
     let mut lines = Vec::new();
     let mut last = None;
-    for envelope in engine.store().query(filter) {
-        let envelope = envelope.map_err(RuntimeError::from)?;
+    for envelope in engine.log(filter) {
+        let envelope = envelope?;
         last = Some(envelope.position.0);
         let mut line = serde_json::to_string(&envelope)
             .map_err(|error| ApiError::internal(format!("encoding an event: {error}")))?;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use sandlog_runtime::core::human::{format_duration, format_size};
 use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp};
 use sandlog_runtime::eventstore::LogFilter;
-use sandlog_runtime::projections::replay::{self, Cut};
-use sandlog_runtime::projections::{SessionSummary, query};
-use sandlog_runtime::{Engine, ExecRequest, RuntimeError};
+use sandlog_runtime::projections::SessionSummary;
+use sandlog_runtime::projections::replay::Cut;
+use sandlog_runtime::{Engine, ExecRequest};
 
 use crate::exit::CliError;
 use crate::output::Output;
@@ -30,11 +30,11 @@ fn step(output: &Output, number: u32, title: &str) -> Result<(), CliError> {
 }
 
 fn show_events(engine: &Engine, output: &Output, from: Position) -> Result<(), CliError> {
-    for envelope in engine.store().query(LogFilter {
+    for envelope in engine.log(LogFilter {
         from: Some(from.next()),
         ..LogFilter::default()
     }) {
-        let envelope = envelope.map_err(RuntimeError::from)?;
+        let envelope = envelope?;
         output.line(&format!(
             "   #{:<4} {:<28} {}  hash {}",
             envelope.position.0,
@@ -47,7 +47,7 @@ fn show_events(engine: &Engine, output: &Output, from: Position) -> Result<(), C
 }
 
 fn head(engine: &Engine) -> Result<Position, CliError> {
-    Ok(engine.store().head().map_err(RuntimeError::from)?.position)
+    Ok(engine.head()?.position)
 }
 
 fn write_seed_workspace(
@@ -266,8 +266,7 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
         9,
         &format!("replay: the adopted session as of position {before_prune}, before the prune"),
     )?;
-    let then = replay::session_at(engine.store(), stale, Cut::Position(before_prune))
-        .map_err(RuntimeError::from)?;
+    let then = engine.session_at(stale, Cut::Position(before_prune))?;
     if let Some(then) = then {
         let summary = SessionSummary::from(&then);
         output.line(&format!(
@@ -286,10 +285,7 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
         now.status.as_str(),
         engine.layout().workspace(stale).exists()
     ))?;
-    let timeline = engine
-        .store()
-        .read_stream(StreamId::Session(stale))
-        .map_err(RuntimeError::from)?;
+    let timeline = engine.stream_events(StreamId::Session(stale))?;
     output.line(&format!(
         "   its timeline has {} events: {}",
         timeline.len(),
@@ -300,7 +296,7 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
             .join(" → ")
     ))?;
 
-    let stats = query::stats(engine.store()).map_err(RuntimeError::from)?;
+    let stats = engine.stats()?;
     output.line("")?;
     output.line(&format!(
         "done: {} events in the log, {} sessions, {} executions. Try: sandlog --root {} session list | log --limit 20 | verify",

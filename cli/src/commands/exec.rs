@@ -276,10 +276,7 @@ fn kept(engine: &Engine, file: &FileWritten) -> Result<String, CliError> {
             None => "not kept: written before sandlog kept evidence".to_owned(),
         });
     }
-    let state = engine
-        .store()
-        .blob_state(&file.blake3)
-        .map_err(sandlog_runtime::RuntimeError::from)?;
+    let state = engine.blob_state(&file.blake3)?;
     Ok(match state {
         BlobState::Kept { .. } => "kept".to_owned(),
         BlobState::Erased { erased_at, .. } => format!("erased at {erased_at}"),

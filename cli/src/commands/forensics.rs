@@ -5,7 +5,7 @@ use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
 use sandlog_runtime::eventstore::{Digest, LogFilter, SUBSCRIBE_POLL, SubscribeFrom};
 use sandlog_runtime::projections::SessionSummary;
-use sandlog_runtime::projections::replay::{self, Cut};
+use sandlog_runtime::projections::replay::Cut;
 use serde_json::json;
 
 use crate::args::{LogArgs, ReplayArgs, VerifyArgs};
@@ -70,17 +70,14 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         && filter.correlation.is_none();
     if let (Some(tail), true) = (args.tail, unfiltered) {
         // Every position holds an event: the newest N start at head - N + 1.
-        let head = engine
-            .store()
-            .head()
-            .map_err(sandlog_runtime::RuntimeError::from)?;
+        let head = engine.head()?;
         let first = head.position.0.saturating_sub(tail).saturating_add(1);
         filter.from = Some(Position(first.max(filter.from.map_or(0, |from| from.0))));
     }
     let mut envelopes = Vec::new();
     let mut newest: Option<Position> = None;
-    for envelope in engine.store().query(filter.clone()) {
-        let envelope = envelope.map_err(sandlog_runtime::RuntimeError::from)?;
+    for envelope in engine.log(filter.clone()) {
+        let envelope = envelope?;
         newest = Some(envelope.position);
         envelopes.push(envelope);
         if let Some(tail) = args.tail {
@@ -121,14 +118,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     }
     let after = match newest {
         Some(position) => position,
-        None => engine
-            .store()
-            .head()
-            .map_err(sandlog_runtime::RuntimeError::from)?
-            .position
-            .max(Position(
-                filter.from.map_or(0, |from| from.0.saturating_sub(1)),
-            )),
+        None => engine.head()?.position.max(Position(
+            filter.from.map_or(0, |from| from.0.saturating_sub(1)),
+        )),
     };
     let subscription = engine.subscribe(SubscribeFrom::After(after), filter)?;
     follow(subscription, output)
@@ -291,13 +283,10 @@ pub fn parse_cut(engine: &Engine, text: &str) -> Result<Cut, CliError> {
 
 pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, CliError> {
     let cut = parse_cut(engine, &args.at)?;
-    let position = cut
-        .position(engine.store())
-        .map_err(sandlog_runtime::RuntimeError::from)?;
+    let position = engine.cut_position(cut)?;
     if let Some(id) = args.session {
         let session_id = super::session_id(engine, &id)?;
-        let session = replay::session_at(engine.store(), session_id, cut)
-            .map_err(sandlog_runtime::RuntimeError::from)?;
+        let session = engine.session_at(session_id, cut)?;
         let Some(session) = session else {
             return Err(sandlog_runtime::RuntimeError::UnknownSession(session_id).into());
         };
@@ -333,8 +322,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
         return Ok(0);
     }
     let bar = output.progress_bar("replaying");
-    let state = replay::state_at_with_progress(engine.store(), cut, output::advance(&bar))
-        .map_err(sandlog_runtime::RuntimeError::from)?;
+    let state = engine.state_at(cut, output::advance(&bar))?;
     bar.finish();
     let sessions: Vec<SessionSummary> = state.sessions.values().map(SessionSummary::from).collect();
     if output.json {
@@ -373,7 +361,7 @@ pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, 
     let bar = output.progress_bar("verifying");
     // The head bounds the events to check; a head that cannot be read
     // is reported by `verify` itself, so the bar just stays hidden.
-    let total = engine.store().head().map_or(0, |head| head.position.0);
+    let total = engine.head().map_or(0, |head| head.position.0);
     let result = engine.verify(digest, &|events| bar.update(events, total));
     bar.finish();
     let outcome = match result {
@@ -456,10 +444,7 @@ fn not_ok_message(outcome: &sandlog_runtime::VerifyOutcome) -> String {
 }
 
 pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {
-    let digest = engine
-        .store()
-        .digest()
-        .map_err(sandlog_runtime::RuntimeError::from)?;
+    let digest = engine.digest()?;
     if output.json {
         output.json(&json!({"position": digest.position, "hash": digest.hash}))?;
     } else {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::CommandFactory;
 use sandlog_runtime::core::human::format_size;
-use sandlog_runtime::projections::{SessionStatus, query};
+use sandlog_runtime::projections::SessionStatus;
 use sandlog_runtime::sandbox::ModuleOrigin;
 use sandlog_runtime::{Engine, PreparedRuntime, Runtime, RuntimeError};
 use serde_json::json;
@@ -233,16 +233,10 @@ pub fn export_metadata(
 }
 
 pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
-    let stats = query::stats(engine.store()).map_err(sandlog_runtime::RuntimeError::from)?;
+    let stats = engine.stats()?;
     let failed_intents = engine.failed_intents()?;
-    let head = engine
-        .store()
-        .head()
-        .map_err(sandlog_runtime::RuntimeError::from)?;
-    let blobs = engine
-        .store()
-        .blob_totals()
-        .map_err(sandlog_runtime::RuntimeError::from)?;
+    let head = engine.head()?;
+    let blobs = engine.blob_totals()?;
     let log_bytes = std::fs::metadata(&engine.layout().database)
         .map(|m| m.len())
         .unwrap_or(0)

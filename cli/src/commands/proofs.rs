@@ -222,21 +222,10 @@ pub fn evidence(
 
 /// `tree rebuild`, `tree verify`.
 pub fn tree(engine: &Engine, command: TreeCommand, output: &Output) -> Result<u8, CliError> {
-    let store = engine.store();
     let (events, root) = match command {
-        TreeCommand::Rebuild => {
-            let folded = store
-                .rebuild_merkle()
-                .map_err(sandlog_runtime::RuntimeError::from)?;
-            let (_, root) = store
-                .merkle_head()
-                .map_err(sandlog_runtime::RuntimeError::from)?;
-            (folded, root)
-        }
+        TreeCommand::Rebuild => engine.rebuild_merkle()?,
         TreeCommand::Verify => {
-            let report = store
-                .verify_merkle()
-                .map_err(sandlog_runtime::RuntimeError::from)?;
+            let report = engine.verify_merkle()?;
             (report.size, report.root)
         }
     };
