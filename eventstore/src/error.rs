@@ -214,6 +214,20 @@ pub enum EventStoreError {
     /// A proof asked for sizes or positions the log does not have.
     #[error("{0}")]
     Merkle(sandlog_core::merkle::MerkleError),
+    /// An import (see [`crate::import`]) was aimed at a store that already
+    /// holds a log or blobs. Nothing was written.
+    #[error(
+        "{target} is not empty (it holds {events} events and {blobs} blobs): \
+         an import copies a log into an empty store only; give a new database"
+    )]
+    ImportTargetNotEmpty {
+        /// The destination (a file path or a PostgreSQL database name).
+        target: String,
+        /// Events it holds.
+        events: u64,
+        /// Blobs it holds.
+        blobs: u64,
+    },
 }
 
 impl EventStoreError {
@@ -244,6 +258,7 @@ impl EventStoreError {
             Self::Merkle(_) => "invalid",
             Self::InvalidConsumer { .. } => "invalid_consumer",
             Self::CheckpointCorrupt { .. } => "integrity",
+            Self::ImportTargetNotEmpty { .. } => "not_empty",
         }
     }
 
@@ -265,7 +280,7 @@ impl EventStoreError {
             | Self::CheckpointCorrupt { .. } => ErrorClass::Integrity,
             Self::InvalidConsumer { .. } => ErrorClass::BadInput,
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
-            Self::BlobErased { .. } => ErrorClass::Refused,
+            Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::error_class(error),

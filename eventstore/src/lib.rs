@@ -26,6 +26,8 @@
 //! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
 //!   inclusion and consistency proofs.
 //! * [`backend`]: the [`Backend`] trait both backends implement.
+//! * [`import`]: [`copy_log`], a verbatim, checked copy of a whole log
+//!   between stores (SQLite and PostgreSQL, either way).
 //! * `postgres` (feature `postgres`): `postgres::PgEventStore`, the same
 //!   log on a PostgreSQL database shared by many processes and hosts.
 
@@ -34,6 +36,7 @@ pub mod backend;
 pub mod blobs;
 pub mod chain;
 pub mod error;
+pub mod import;
 pub mod merkle;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -46,6 +49,7 @@ pub use append::{ExpectedVersion, Head};
 pub use backend::Backend;
 pub use blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 pub use chain::{Digest, VerifyReport};
+pub use import::{ImportReport, Portable, copy_log};
 pub use error::{ChainProblem, EventStoreError, Result, is_busy, is_disk_full};
 pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{EnvelopeIter, LogFilter, PAGE_EVENTS};

@@ -296,7 +296,7 @@ impl PgEventStore {
         // above saw every committed append. A writer that appended without
         // the lock makes it fail on a unique constraint, which is retried
         // (see `is_retryable`): the retry's checks then see that append.
-        insert_rows(session, &stream_text, &envelopes, &nodes)?;
+        insert_rows(session, &envelopes, &nodes)?;
         Ok(envelopes)
     }
 }
@@ -339,10 +339,10 @@ fn retried_batch(
 
 /// Merkle nodes to insert, as columns.
 #[derive(Default)]
-struct Nodes {
-    levels: Vec<i64>,
-    indexes: Vec<i64>,
-    hashes: Vec<Vec<u8>>,
+pub(crate) struct Nodes {
+    pub(crate) levels: Vec<i64>,
+    pub(crate) indexes: Vec<i64>,
+    pub(crate) hashes: Vec<Vec<u8>>,
 }
 
 /// The stored envelopes of a batch's ids, by id.
@@ -415,9 +415,10 @@ fn log_state(
     Ok((head, version, stored))
 }
 
-fn insert_rows(
+/// Inserts `envelopes` as they are and the Merkle `nodes` (also used by
+/// the verbatim import, whose batches span streams).
+pub(crate) fn insert_rows(
     session: &mut Session<'_>,
-    stream_text: &str,
     envelopes: &[Envelope],
     nodes: &Nodes,
 ) -> Result<u64> {
@@ -431,7 +432,7 @@ fn insert_rows(
         schemas.push(i64::from(envelope.schema));
         recorded.push(envelope.recorded_at.unix_micros());
     }
-    let streams: Vec<&str> = envelopes.iter().map(|_| stream_text).collect();
+    let streams: Vec<String> = envelopes.iter().map(|e| e.stream.to_string()).collect();
     let ids: Vec<&[u8]> = envelopes
         .iter()
         .map(|envelope| envelope.event_id.0.as_bytes().as_slice())

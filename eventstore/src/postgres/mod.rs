@@ -41,6 +41,7 @@
 
 mod append;
 mod blobs;
+mod import;
 mod read;
 mod schema;
 
