@@ -184,6 +184,14 @@ pub enum Command {
     /// Print the head (POS:HASH) to store somewhere the database's writer
     /// cannot reach.
     Digest,
+    /// Copy the root's log (or --from's) verbatim into a new, empty store:
+    /// a PostgreSQL database, or a SQLite file for the way back. Every
+    /// event keeps its position, ids, time and hashes; the chain is checked
+    /// on the way in, blobs move as stored (erased stays erased), signed
+    /// checkpoints move too. Both sides are then verified and compared
+    /// (events, head hash, Merkle root); exits 4 if they disagree or the
+    /// source's chain is broken.
+    Migrate(MigrateArgs),
     /// Import the UUID-named workspace directories of DIR (seed layout,
     /// with valid, corrupted or no .metadata.json), moving them under the
     /// root.
@@ -797,6 +805,21 @@ pub struct VerifyArgs {
     /// The verifier key for --checkpoint (text or a file holding it).
     #[arg(long, value_name = "VKEY", requires = "checkpoint")]
     pub vkey: Option<String>,
+}
+
+/// `migrate` arguments.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Where to copy to: a `postgres://`/`postgresql://` URL, a
+    /// `key=value` connection string (`host=/run/postgresql dbname=log`),
+    /// or the path of a new SQLite file. It must hold no events and no
+    /// blobs.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Where to copy from, in the same forms as --to (default: the root's
+    /// `sandlog.db`).
+    #[arg(long, value_name = "URL")]
+    pub from: Option<String>,
 }
 
 /// `adopt` arguments.

@@ -291,6 +291,14 @@ pub enum RuntimeError {
         /// The directory.
         path: PathBuf,
     },
+    /// A log location given to `migrate` that cannot be used.
+    #[error("{location}: {reason}")]
+    BadLocation {
+        /// The location (without a password).
+        location: String,
+        /// What is wrong, and what to give instead.
+        reason: String,
+    },
     /// No such execution, or no such point in a session's history.
     #[error("session {session_id}: {what}")]
     NotInHistory {
@@ -343,6 +351,7 @@ impl RuntimeError {
             Self::NotEmpty { .. } => "not_empty",
             Self::BlobNotFound(_) => "not_found",
             Self::NotInHistory { .. } => "not_found",
+            Self::BadLocation { .. } => "invalid_location",
             Self::NotARoot { .. } => "root_missing",
             Self::LogMissing { .. }
             | Self::AnchorMismatch { .. }
@@ -369,7 +378,9 @@ impl RuntimeError {
             | Self::Held { .. }
             | Self::NotEmpty { .. } => ErrorClass::Conflict,
             Self::Invalid(error) => error.class(),
-            Self::IsDirectory { .. } | Self::EscapesWorkspace { .. } => ErrorClass::BadInput,
+            Self::IsDirectory { .. }
+            | Self::EscapesWorkspace { .. }
+            | Self::BadLocation { .. } => ErrorClass::BadInput,
             Self::QuotaExceeded { .. }
             | Self::ContextTooLarge { .. }
             | Self::CodeTooLarge { .. }

@@ -41,6 +41,7 @@ pub mod history;
 pub mod kernel;
 pub mod lease;
 pub mod lifecycle;
+pub mod migrate;
 pub mod native;
 pub mod proofs;
 pub mod report;

@@ -1,4 +1,4 @@
-//! `log`, `replay`, `verify`, `digest`.
+//! `log`, `replay`, `verify`, `digest`, `migrate`.
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
@@ -8,7 +8,7 @@ use sandlog_runtime::projections::SessionSummary;
 use sandlog_runtime::projections::replay::Cut;
 use serde_json::json;
 
-use crate::args::{LogArgs, ReplayArgs, VerifyArgs};
+use crate::args::{LogArgs, MigrateArgs, ReplayArgs, VerifyArgs};
 use crate::exit::{CliError, usage};
 use crate::output::{self, Output};
 use crate::render;
@@ -449,6 +449,57 @@ pub fn digest(engine: &Engine, output: &Output) -> Result<u8, CliError> {
         output.json(&json!({"position": digest.position, "hash": digest.hash}))?;
     } else {
         output.line(&digest.to_string())?;
+    }
+    Ok(0)
+}
+
+/// `migrate`: copies the log (the root's, or --from's) into --to, then
+/// verifies and compares both sides. `engine` is the root's when there is
+/// no --from: the root is checked (anchor, schema) before its log is read.
+pub fn migrate(
+    engine: Option<&Engine>,
+    args: MigrateArgs,
+    output: &Output,
+) -> Result<u8, CliError> {
+    use sandlog_runtime::migrate::{LogLocation, migrate};
+    let from = match (&args.from, engine) {
+        (Some(from), _) => LogLocation::parse(from),
+        (None, Some(engine)) => LogLocation::Sqlite(engine.layout().database.clone()),
+        (None, None) => {
+            return Err(CliError::Usage {
+                kind: "usage",
+                message: "migrate: no source; give --from URL or a root".into(),
+            });
+        }
+    };
+    let to = LogLocation::parse(&args.to);
+    let report = migrate(&from, &to, &mut |_| {})?;
+    if output.json {
+        output.json(&json!({
+            "events": report.to.events,
+            "head": report.to.head.to_hex(),
+            "root": report.to.root.to_hex(),
+            "position": report.head_position,
+            "blobs": report.blobs,
+            "erased_blobs": report.erased_blobs,
+            "chunks": report.chunks,
+            "checkpoints": report.checkpoints,
+            "from": report.from.location,
+            "to": report.to.location,
+        }))?;
+    } else {
+        output.line(&format!(
+            "migrated {} events, {} blobs ({} erased), {} checkpoints from {} to {}; \
+             both verified: head {}, root {}",
+            report.to.events,
+            report.blobs,
+            report.erased_blobs,
+            report.checkpoints,
+            report.from.location,
+            report.to.location,
+            report.to.head.to_hex(),
+            report.to.root.to_hex(),
+        ))?;
     }
     Ok(0)
 }

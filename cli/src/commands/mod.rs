@@ -42,6 +42,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
             proofs::evidence(None, command, output)
         }
+        Command::Migrate(args) if args.from.is_some() => forensics::migrate(None, args, output),
         command => {
             let engine = open(&root, output)?;
             match command {
@@ -59,6 +60,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Replay(args) => forensics::replay(&engine, args, output),
                 Command::Verify(args) => forensics::verify(&engine, args, output),
                 Command::Digest => forensics::digest(&engine, output),
+                Command::Migrate(args) => forensics::migrate(Some(&engine), args, output),
                 Command::ExportMetadata(args) => {
                     misc::export_metadata(&engine, &args.dir, args.force, output)
                 }
