@@ -36,6 +36,8 @@ mod kernels;
 mod lifecycle;
 /// The RFC 6962 tree stored with the events: roots, proofs, rebuild.
 mod merkle;
+/// `migrate`: SQLite → PostgreSQL → SQLite, verbatim and verified.
+mod migrate;
 /// The precompiled-module cache shared by roots.
 mod module_cache;
 /// Native work: real shell scripts run in workspaces, outside changes
