@@ -452,3 +452,102 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
         .stdout_has(".TH");
     Ok(())
 }
+
+/// `migrate` to a new SQLite file (the way back from PostgreSQL, without a
+/// server): the copy has the root's head and Merkle root, a root whose
+/// `sandlog.db` is the copy verifies; a non-empty destination, a missing
+/// source and a PostgreSQL server that is not there are refused; a
+/// tampered source exits 4 naming the position. The PostgreSQL round trip
+/// is in tests/it/migrate.rs, on a real server.
+#[test]
+fn migrate_copies_the_log_and_refuses_what_it_must() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args(["files", "put", &id, "a.txt", "-"])
+        .write_stdin("x".repeat(100_000))
+        .assert()
+        .success();
+    let digest = json_success(sandlog(&root).args(["--json", "digest"]));
+    let copy = dir.path().join("copy.db");
+    let out = json_success(
+        sandlog(&root)
+            .args(["--json", "migrate", "--to"])
+            .arg(&copy),
+    );
+    assert_eq!(out["events"], digest["position"]);
+    assert_eq!(out["head"], digest["hash"]);
+    assert_eq!(out["root"].as_str().map(str::len), Some(64));
+    assert_eq!(out["blobs"], 1);
+
+    // Human form: one line.
+    let again = dir.path().join("again.db");
+    let line = text_success(
+        sandlog(&root)
+            .args(["migrate", "--from"])
+            .arg(&copy)
+            .arg("--to")
+            .arg(&again),
+    );
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.contains(digest["hash"].as_str().unwrap()), "{line}");
+
+    // A root adopts the copy: same genesis, so the anchor accepts it.
+    let adopted = dir.path().join("adopted");
+    assert!(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&root)
+            .arg(&adopted)
+            .status()?
+            .success()
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(adopted.join(format!("sandlog.db{suffix}")));
+    }
+    std::fs::copy(&copy, adopted.join("sandlog.db"))?;
+    let verified = json_success(sandlog(&adopted).args(["--json", "verify"]));
+    assert_eq!(verified["ok"], true);
+    let adopted_digest = json_success(sandlog(&adopted).args(["--json", "digest"]));
+    assert_eq!(adopted_digest, digest);
+
+    // Refusals.
+    let not_empty = json_failure(
+        sandlog(&root).args(["--json", "migrate", "--to"]).arg(&copy),
+        1,
+    );
+    assert_eq!(not_empty["error"]["kind"], "not_empty");
+    let missing = json_failure(
+        sandlog(&root)
+            .args(["--json", "migrate", "--from"])
+            .arg(dir.path().join("nothing.db"))
+            .arg("--to")
+            .arg(dir.path().join("x.db")),
+        2,
+    );
+    assert_eq!(missing["error"]["kind"], "invalid_location");
+    let no_server = dir.path().join("no-server");
+    std::fs::create_dir(&no_server)?;
+    let unreachable = json_failure(
+        sandlog(&root)
+            .args(["--json", "migrate", "--to"])
+            .arg(format!("host={} dbname=nowhere", no_server.display())),
+        1,
+    );
+    assert_eq!(unreachable["error"]["kind"], "io");
+
+    {
+        let connection = rusqlite::Connection::open(&copy)?;
+        connection.execute_batch("DROP TRIGGER events_are_append_only_update;")?;
+        connection.execute("UPDATE events SET actor = 'mallory' WHERE position = 2", [])?;
+    }
+    sandlog(&root)
+        .args(["migrate", "--from"])
+        .arg(&copy)
+        .arg("--to")
+        .arg(dir.path().join("third.db"))
+        .assert()
+        .code(4)
+        .stderr_has("position 2");
+    Ok(())
+}
