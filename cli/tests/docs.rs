@@ -224,6 +224,9 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
     ));
     documents.push(("verify", run(&root, &["verify"], 0)));
     documents.push(("digest", run(&root, &["digest"], 0)));
+    let copy = dir.path().join("copy.db");
+    let copy = copy.to_str().ok_or("temporary path is not UTF-8")?;
+    documents.push(("migrate", run(&root, &["migrate", "--to", copy], 0)));
     documents.push(("stats", run(&root, &["stats"], 0)));
     documents.push((
         "files rm",
