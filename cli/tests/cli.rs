@@ -513,7 +513,9 @@ fn migrate_copies_the_log_and_refuses_what_it_must() -> TestResult {
 
     // Refusals.
     let not_empty = json_failure(
-        sandlog(&root).args(["--json", "migrate", "--to"]).arg(&copy),
+        sandlog(&root)
+            .args(["--json", "migrate", "--to"])
+            .arg(&copy),
         1,
     );
     assert_eq!(not_empty["error"]["kind"], "not_empty");

@@ -109,8 +109,12 @@ pub trait Portable: Backend {
     fn export_blobs(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<BlobRecord>>;
     /// Up to `limit` chunks of blob `hash` with `seq` after `after`, in
     /// order.
-    fn export_chunks(&self, hash: &[u8], after: Option<i64>, limit: usize)
-    -> Result<Vec<ChunkRecord>>;
+    fn export_chunks(
+        &self,
+        hash: &[u8],
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ChunkRecord>>;
     /// Up to `limit` signed checkpoints with ids after `after`, in order.
     fn export_checkpoints(&self, after: i64, limit: usize) -> Result<Vec<CheckpointRecord>>;
     /// Inserts `envelopes` verbatim in one transaction, right after the
@@ -311,8 +315,9 @@ mod sqlite_side {
                     "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks \
                      WHERE hash = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
-                let rows =
-                    statement.query_map(params![hash, after.unwrap_or(-1), limit as i64], |row| {
+                let rows = statement.query_map(
+                    params![hash, after.unwrap_or(-1), limit as i64],
+                    |row| {
                         Ok(ChunkRecord {
                             seq: row.get(0)?,
                             codec: row.get(1)?,
@@ -320,7 +325,8 @@ mod sqlite_side {
                             chunk_hash: row.get(3)?,
                             data: row.get(4)?,
                         })
-                    })?;
+                    },
+                )?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })
         }
@@ -373,8 +379,14 @@ mod sqlite_side {
                         envelope.schema,
                         envelope.recorded_at.unix_micros(),
                         envelope.actor,
-                        envelope.correlation_id.as_ref().map(|id| id.as_bytes().as_slice()),
-                        envelope.causation_id.as_ref().map(|id| id.as_bytes().as_slice()),
+                        envelope
+                            .correlation_id
+                            .as_ref()
+                            .map(|id| id.as_bytes().as_slice()),
+                        envelope
+                            .causation_id
+                            .as_ref()
+                            .map(|id| id.as_bytes().as_slice()),
                         envelope.payload,
                         envelope.prev_hash.0.as_slice(),
                         envelope.hash.0.as_slice(),

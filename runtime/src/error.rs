@@ -378,9 +378,9 @@ impl RuntimeError {
             | Self::Held { .. }
             | Self::NotEmpty { .. } => ErrorClass::Conflict,
             Self::Invalid(error) => error.class(),
-            Self::IsDirectory { .. }
-            | Self::EscapesWorkspace { .. }
-            | Self::BadLocation { .. } => ErrorClass::BadInput,
+            Self::IsDirectory { .. } | Self::EscapesWorkspace { .. } | Self::BadLocation { .. } => {
+                ErrorClass::BadInput
+            }
             Self::QuotaExceeded { .. }
             | Self::ContextTooLarge { .. }
             | Self::CodeTooLarge { .. }

@@ -119,11 +119,7 @@ fn round_trip_through_postgres_keeps_the_log_byte_for_byte() -> Result<(), Fixtu
             .iter()
             .any(|(state, _)| matches!(state, BlobState::Erased { .. }))
     );
-    assert!(
-        source_blobs
-            .iter()
-            .any(|(_, bytes)| bytes.len() == 3 << 20)
-    );
+    assert!(source_blobs.iter().any(|(_, bytes)| bytes.len() == 3 << 20));
 
     let pg = pg::database()?;
     let to_pg = migrate(
@@ -135,10 +131,13 @@ fn round_trip_through_postgres_keeps_the_log_byte_for_byte() -> Result<(), Fixtu
     assert_eq!(to_pg.head_position, head.position);
     assert_eq!(to_pg.to.head, head.hash);
     assert_eq!(to_pg.to.root, merkle);
-    assert_eq!(to_pg.from, sandlog_runtime::migrate::SideReport {
-        location: database.display().to_string(),
-        ..to_pg.to.clone()
-    });
+    assert_eq!(
+        to_pg.from,
+        sandlog_runtime::migrate::SideReport {
+            location: database.display().to_string(),
+            ..to_pg.to.clone()
+        }
+    );
     assert_eq!(to_pg.blobs, hashes.len() as u64);
     assert!(to_pg.erased_blobs >= 1, "{to_pg:?}");
     assert!(to_pg.chunks >= 4, "{to_pg:?}");
@@ -162,7 +161,11 @@ fn round_trip_through_postgres_keeps_the_log_byte_for_byte() -> Result<(), Fixtu
         &mut |_| {},
     );
     match again {
-        Err(RuntimeError::Store(EventStoreError::ImportTargetNotEmpty { target, events: n, .. })) => {
+        Err(RuntimeError::Store(EventStoreError::ImportTargetNotEmpty {
+            target,
+            events: n,
+            ..
+        })) => {
             assert!(target.contains(&pg.name), "{target}");
             assert_eq!(n, events.len() as u64);
         }
