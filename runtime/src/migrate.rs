@@ -126,9 +126,19 @@ fn open(location: &LogLocation, create: bool) -> Result<Box<dyn Portable>> {
             Ok(Box::new(EventStore::open(path, options)?))
         }
         #[cfg(feature = "postgres")]
-        LogLocation::Postgres(url) => Ok(Box::new(
-            sandlog_eventstore::postgres::PgEventStore::connect(url)?,
-        )),
+        LogLocation::Postgres(url) => {
+            match sandlog_eventstore::postgres::PgEventStore::connect(url) {
+                Ok(store) => Ok(Box::new(store)),
+                // Say which server: the client's message does not.
+                Err(sandlog_eventstore::EventStoreError::Io { context, source }) => Err(
+                    RuntimeError::Store(sandlog_eventstore::EventStoreError::Io {
+                        context: format!("{} ({context})", redact(url)),
+                        source,
+                    }),
+                ),
+                Err(error) => Err(error.into()),
+            }
+        }
         #[cfg(not(feature = "postgres"))]
         LogLocation::Postgres(url) => Err(RuntimeError::BadLocation {
             location: redact(url),
