@@ -509,7 +509,8 @@ fn ok_json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
     Ok(axum::Json(value).into_response())
 }
 
-/// The `session show --json` document.
+/// The `session show --json` document (the seed metadata shape plus the
+/// projection's fields), served by the CLI and the HTTP API alike.
 pub fn session_document(session: &SessionSummary) -> Value {
     json!({
         "session_id": session.session_id,
@@ -533,7 +534,18 @@ pub fn session_document(session: &SessionSummary) -> Value {
 
 /// The `exec --json` document plus `warm` and `state_lost`.
 pub fn exec_document(outcome: &ExecOutcome) -> Value {
-    let execution = &outcome.execution;
+    let mut document = execution_document(&outcome.execution);
+    if let Value::Object(fields) = &mut document {
+        fields.insert("warm".into(), json!(outcome.warm));
+        fields.insert("state_lost".into(), json!(outcome.state_lost));
+        fields.insert("state_lost_reason".into(), json!(outcome.state_lost_reason));
+    }
+    document
+}
+
+/// The `exec --json` document, served by the CLI and (with the warm
+/// kernel's fields) the HTTP API.
+pub fn execution_document(execution: &sandlog_runtime::Execution) -> Value {
     json!({
         "outcome": execution.outcome,
         "exit_code": execution.exit_code,
@@ -550,9 +562,6 @@ pub fn exec_document(outcome: &ExecOutcome) -> Value {
         "scan_ms": execution.scan_ms,
         "limit": execution.limit,
         "files_changed_total": execution.files_changed_total,
-        "warm": outcome.warm,
-        "state_lost": outcome.state_lost,
-        "state_lost_reason": outcome.state_lost_reason,
     })
 }
 

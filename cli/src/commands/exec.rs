@@ -8,7 +8,6 @@ use sandlog_runtime::core::human::{format_duration, format_size, parse_duration,
 use sandlog_runtime::eventstore::BlobState;
 use sandlog_runtime::history::{Content, ExecSelector, ExecutionRecord};
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, Runtime};
-use serde_json::json;
 
 use crate::args::{ExecArgs, ExecCommand, ExecSubcommand};
 use crate::exit::{CliError, EXIT_GUEST_FAILURE, usage};
@@ -90,23 +89,7 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
     let failed =
         execution.outcome != Outcome::Ok || execution.exit_code.is_some_and(|code| code != 0);
     if output.json {
-        output.json(&json!({
-            "outcome": execution.outcome,
-            "exit_code": execution.exit_code,
-            "stdout": String::from_utf8_lossy(&execution.stdout),
-            "stderr": String::from_utf8_lossy(&execution.stderr),
-            "stdout_truncated": execution.stdout_truncated,
-            "stderr_truncated": execution.stderr_truncated,
-            "fuel_consumed": execution.fuel_consumed,
-            "duration_ms": execution.duration_ms,
-            "files_written": execution.files_written,
-            "files_deleted": execution.files_deleted,
-            "message": execution.message,
-            "position": execution.position,
-            "scan_ms": execution.scan_ms,
-            "limit": execution.limit,
-            "files_changed_total": execution.files_changed_total,
-        }))?;
+        output.json(&sandlog_server::api::execution_document(&execution))?;
     } else {
         let _ = std::io::stdout().lock().write_all(&execution.stdout);
         let _ = std::io::stdout().flush();

@@ -23,30 +23,7 @@ fn status(arg: StatusArg) -> SessionStatus {
     }
 }
 
-/// The `session show --json` document: the seed metadata shape plus the
-/// projection's fields.
-pub fn session_document(
-    session: &sandlog_runtime::projections::SessionSummary,
-) -> serde_json::Value {
-    json!({
-        "session_id": session.session_id,
-        "created_at": session.created_at,
-        "updated_at": session.updated_at,
-        "version": 1,
-        "status": session.status,
-        "exec_count": session.exec_count,
-        "last_outcome": session.last_outcome,
-        "bytes": session.bytes,
-        "files": session.file_count,
-        "legacy": session.legacy,
-        "labels": session.labels,
-        "held": session.held.is_some(),
-        "hold_reason": session.held,
-        "group": session.group,
-        "max_size": session.max_size,
-        "readonly": session.readonly,
-    })
-}
+pub use sandlog_server::api::session_document;
 
 pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<u8, CliError> {
     match command {
