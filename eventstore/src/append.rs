@@ -287,6 +287,68 @@ pub(crate) fn is_same_event(
         && envelope.causation_id == event.causation_id
 }
 
+/// The time a batch appended after `head` is recorded at: now, or the
+/// head's time if the clock went back, so `recorded_at` never goes
+/// backwards along the log and a time cut of the log is a position cut.
+pub(crate) fn batch_recorded_at(head: &Head, now: Timestamp) -> Timestamp {
+    head.recorded_at.map_or(now, |last| now.max(last))
+}
+
+/// The envelopes of `events` appended after `head` to `stream`, whose
+/// version is `actual`: gapless positions and versions, chain hashes, all
+/// recorded at `recorded_at`. Pure: each store inserts what it returns.
+pub(crate) fn chain_batch(
+    head: &Head,
+    stream: StreamId,
+    actual: Option<StreamVersion>,
+    recorded_at: Timestamp,
+    events: &[NewEvent],
+) -> Vec<Envelope> {
+    let stream_text = stream.to_string();
+    let mut envelopes = Vec::with_capacity(events.len());
+    let mut prev_hash = head.hash;
+    let mut position = head.position;
+    let mut version = actual.unwrap_or_default();
+    for event in events {
+        position = position.next();
+        version = version.next();
+        let fields = EnvelopeFields {
+            position: position.0,
+            stream: &stream_text,
+            version: version.0,
+            event_id: event.event_id.0.as_bytes(),
+            kind: &event.kind,
+            schema: event.schema,
+            recorded_at_micros: recorded_at.unix_micros(),
+            actor: &event.actor,
+            correlation_id: event
+                .correlation_id
+                .as_ref()
+                .map_or(&[], |id| id.as_bytes()),
+            causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
+            payload: &event.payload,
+        };
+        let hash = chain_hash(&prev_hash, &fields);
+        envelopes.push(Envelope {
+            position,
+            stream,
+            version,
+            event_id: event.event_id,
+            kind: event.kind.clone(),
+            schema: event.schema,
+            recorded_at,
+            actor: event.actor.clone(),
+            correlation_id: event.correlation_id,
+            causation_id: event.causation_id,
+            payload: event.payload.clone(),
+            prev_hash,
+            hash,
+        });
+        prev_hash = hash;
+    }
+    envelopes
+}
+
 /// Inserts one batch inside an open write transaction: the idempotency
 /// check, the expected-version check, positions, chain hashes and the
 /// Merkle leaves (growing `frontier`). Returns the envelopes and whether
@@ -311,80 +373,39 @@ pub(crate) fn insert_batch(
     let actual = check_expected(transaction, stream, &stream_text, expected)?;
 
     let head = read_head(transaction)?;
-    // recorded_at never goes backwards along the log, even if the clock
-    // does: a time cut of the log is then a position cut.
-    let now = store.clock.now();
-    let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
-    let mut envelopes = Vec::with_capacity(events.len());
+    let recorded_at = batch_recorded_at(&head, store.clock.now());
+    let envelopes = chain_batch(&head, stream, actual, recorded_at, events);
     {
         let mut insert = transaction.prepare_cached(
             "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
              correlation_id, causation_id, payload, prev_hash, hash) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         )?;
-        let mut prev_hash = head.hash;
-        let mut position = head.position;
-        let mut version = actual.unwrap_or_default();
-        for event in events {
-            position = position.next();
-            version = version.next();
-            let fields = EnvelopeFields {
-                position: position.0,
-                stream: &stream_text,
-                version: version.0,
-                event_id: event.event_id.0.as_bytes(),
-                kind: &event.kind,
-                schema: event.schema,
-                recorded_at_micros: recorded_at.unix_micros(),
-                actor: &event.actor,
-                correlation_id: event
-                    .correlation_id
-                    .as_ref()
-                    .map_or(&[], |id| id.as_bytes()),
-                causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
-                payload: &event.payload,
-            };
-            let hash = chain_hash(&prev_hash, &fields);
+        for (envelope, event) in envelopes.iter().zip(events) {
             let inserted = insert.execute(params![
-                to_i64(position.0, "position")?,
+                to_i64(envelope.position.0, "position")?,
                 stream_text,
-                to_i64(version.0, "version")?,
-                fields.event_id,
-                event.kind,
-                event.schema,
+                to_i64(envelope.version.0, "version")?,
+                envelope.event_id.0.as_bytes().as_slice(),
+                envelope.kind,
+                envelope.schema,
                 recorded_at.unix_micros(),
-                event.actor,
-                event
+                envelope.actor,
+                envelope
                     .correlation_id
                     .as_ref()
                     .map(|id| id.as_bytes().as_slice()),
-                event
+                envelope
                     .causation_id
                     .as_ref()
                     .map(|id| id.as_bytes().as_slice()),
-                event.payload,
-                prev_hash.0.as_slice(),
-                hash.0.as_slice(),
+                envelope.payload,
+                envelope.prev_hash.0.as_slice(),
+                envelope.hash.0.as_slice(),
             ]);
             if let Err(error) = inserted {
                 return Err(map_insert_error(transaction, error, event)?);
             }
-            envelopes.push(Envelope {
-                position,
-                stream,
-                version,
-                event_id: event.event_id,
-                kind: event.kind.clone(),
-                schema: event.schema,
-                recorded_at,
-                actor: event.actor.clone(),
-                correlation_id: event.correlation_id,
-                causation_id: event.causation_id,
-                payload: event.payload.clone(),
-                prev_hash,
-                hash,
-            });
-            prev_hash = hash;
         }
     }
     // The tree grows in the same transaction: it always covers the log.

@@ -5,14 +5,12 @@
 
 use std::collections::HashMap;
 
-use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::merkle::Frontier;
-use sandlog_core::{
-    Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp, chain_hash,
-};
+use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp};
 
 use crate::append::{
-    ExpectedVersion, Head, check_version, is_same_event, validate_batch, validate_multi,
+    ExpectedVersion, Head, batch_recorded_at, chain_batch, check_version, is_same_event,
+    validate_batch, validate_multi,
 };
 use crate::blobs::BlobPut;
 use crate::error::{EventStoreError, Result};
@@ -229,51 +227,8 @@ impl PgEventStore {
             });
         }
 
-        // recorded_at never goes backwards along the log, even if the clock
-        // does: a time cut of the log is then a position cut.
-        let now = self.clock.now();
-        let recorded_at = head.recorded_at.map_or(now, |last| now.max(last));
-        let mut envelopes = Vec::with_capacity(events.len());
-        let mut prev_hash = head.hash;
-        let mut position = head.position;
-        let mut version = actual.unwrap_or_default();
-        for event in events {
-            position = position.next();
-            version = version.next();
-            let fields = EnvelopeFields {
-                position: position.0,
-                stream: &stream_text,
-                version: version.0,
-                event_id: event.event_id.0.as_bytes(),
-                kind: &event.kind,
-                schema: event.schema,
-                recorded_at_micros: recorded_at.unix_micros(),
-                actor: &event.actor,
-                correlation_id: event
-                    .correlation_id
-                    .as_ref()
-                    .map_or(&[], |id| id.as_bytes()),
-                causation_id: event.causation_id.as_ref().map_or(&[], |id| id.as_bytes()),
-                payload: &event.payload,
-            };
-            let hash = chain_hash(&prev_hash, &fields);
-            envelopes.push(Envelope {
-                position,
-                stream,
-                version,
-                event_id: event.event_id,
-                kind: event.kind.clone(),
-                schema: event.schema,
-                recorded_at,
-                actor: event.actor.clone(),
-                correlation_id: event.correlation_id,
-                causation_id: event.causation_id,
-                payload: event.payload.clone(),
-                prev_hash,
-                hash,
-            });
-            prev_hash = hash;
-        }
+        let recorded_at = batch_recorded_at(&head, self.clock.now());
+        let envelopes = chain_batch(&head, stream, actual, recorded_at, events);
         // The tree grows in the same transaction: it always covers the log.
         let size = head.position.0;
         let frontier = match tail.frontier.take() {
