@@ -311,6 +311,32 @@ pub struct MerkleReport {
     pub nodes_checked: u64,
 }
 
+/// The leaf index of the event at `position` for an inclusion proof in the
+/// tree of the first `size` events of a log of `head` events: refused when
+/// `size` is past the head or `position` is 0 (positions start at 1). Both
+/// stores ask this before building the proof.
+pub(crate) fn inclusion_index(position: Position, size: u64, head: u64) -> Result<u64> {
+    if size > head {
+        return Err(MerkleError::BadSizes {
+            old: size,
+            new: head,
+        }
+        .into());
+    }
+    Ok(position
+        .0
+        .checked_sub(1)
+        .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?)
+}
+
+/// Refuses a consistency proof to a tree size `new` past the head.
+pub(crate) fn check_consistency_sizes(old: u64, new: u64, head: u64) -> Result<()> {
+    if new > head {
+        return Err(MerkleError::BadSizes { old, new }.into());
+    }
+    Ok(())
+}
+
 impl EventStore {
     fn tree_size(connection: &Connection) -> Result<u64> {
         let head: i64 =
@@ -359,18 +385,7 @@ impl EventStore {
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        let head = Self::tree_size(&snapshot)?;
-        if size > head {
-            return Err(MerkleError::BadSizes {
-                old: size,
-                new: head,
-            }
-            .into());
-        }
-        let index = position
-            .0
-            .checked_sub(1)
-            .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?;
+        let index = inclusion_index(position, size, Self::tree_size(&snapshot)?)?;
         merkle::inclusion_proof(
             &StoredNodes {
                 connection: &snapshot,
@@ -385,10 +400,7 @@ impl EventStore {
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        let head = Self::tree_size(&snapshot)?;
-        if new > head {
-            return Err(MerkleError::BadSizes { old, new }.into());
-        }
+        check_consistency_sizes(old, new, Self::tree_size(&snapshot)?)?;
         merkle::consistency_proof(
             &StoredNodes {
                 connection: &snapshot,

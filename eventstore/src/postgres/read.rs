@@ -427,18 +427,8 @@ impl PgEventStore {
     /// the first `size` events (`position <= size <= head`).
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
-            let head = read_head(session)?.position.0;
-            if size > head {
-                return Err(MerkleError::BadSizes {
-                    old: size,
-                    new: head,
-                }
-                .into());
-            }
-            let index = position
-                .0
-                .checked_sub(1)
-                .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?;
+            let index =
+                crate::merkle::inclusion_index(position, size, read_head(session)?.position.0)?;
             merkle::inclusion_proof(
                 &PgNodes {
                     session: RefCell::new(session),
@@ -453,10 +443,7 @@ impl PgEventStore {
     /// `new` events (`old <= new <= head`).
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
-            let head = read_head(session)?.position.0;
-            if new > head {
-                return Err(MerkleError::BadSizes { old, new }.into());
-            }
+            crate::merkle::check_consistency_sizes(old, new, read_head(session)?.position.0)?;
             merkle::consistency_proof(
                 &PgNodes {
                     session: RefCell::new(session),
