@@ -212,7 +212,8 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
         group: row.get(12)?,
         max_size: row
             .get::<_, Option<i64>>(13)?
-            .map(|size| u64::try_from(size).unwrap_or(0)),
+            .map(|size| u64::try_from(size).map_err(|_| corrupt(format!("max_size {size}"))))
+            .transpose()?,
         readonly: crate::read_model::decode_readonly(row.get::<_, Option<String>>(14)?.as_deref())
             .map_err(|error| corrupt(format!("readonly: {error}")))?,
     })
