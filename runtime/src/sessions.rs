@@ -153,9 +153,11 @@ impl Engine {
             "creating {}",
             directory.display()
         )))?;
+        crate::lease::prepare(&self.layout.root, session_id);
         let created = self.fill_and_record(session_id, &directory, &new, readonly);
         if let Err(error) = created {
             let _ = remove_dir_tree(&directory);
+            let _ = std::fs::remove_file(crate::lease::lease_path(&self.layout.root, session_id));
             return Err(error);
         }
         tracing::info!(target: "sandlog::lifecycle", event = "session.created", %session_id, context_files = new.context.len(), "session created");

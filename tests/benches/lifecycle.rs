@@ -4,7 +4,9 @@
 //! for comparison, in the same run — the seed systems' way: a directory
 //! scan reading `.metadata.json` in every workspace, and a seed-style
 //! prune of the same sessions (read each `.metadata.json`, compare
-//! `updated_at`, measure and remove the directory, one after another).
+//! `updated_at`, measure and remove the directory, one after another),
+//! written in Rust, and the seed system's own `prune_sessions` in Python
+//! when `SANDLOG_SEED_PYTHON` names an interpreter that has it.
 //!
 //! Run: `cargo bench -p sandlog-tests --bench lifecycle`. Sizes:
 //! `SANDLOG_BENCH_SESSIONS` (default 100000), `SANDLOG_BENCH_PRUNE`
@@ -65,9 +67,16 @@ fn populate(
         )));
         let session_id = SessionId::new_v4();
         if with_dirs {
+            // What creating the session and writing its file leave on disk:
+            // the workspace with the file, and the session's lease file.
             let dir = engine.layout().workspace(session_id);
             std::fs::create_dir(&dir)?;
             std::fs::write(dir.join("data.txt"), &content)?;
+            let lease = sandlog_runtime::lease::lease_path(&engine.layout().root, session_id);
+            if let Some(leases) = lease.parent() {
+                std::fs::create_dir_all(leases)?;
+            }
+            std::fs::write(lease, b"")?;
         }
         let events = [
             NewEvent::from_event(
@@ -139,6 +148,43 @@ fn write_seed_workspace(
         std::fs::write(workspace.join(name), contents)?;
     }
     Ok(())
+}
+
+/// Runs the seed system's own `prune_sessions` over `dir` in `python` (an
+/// interpreter with the `llm-wasm-sandbox` package), timing the call alone.
+/// Returns how many sessions it deleted and how long the call took.
+fn seed_system_prune(
+    python: &Path,
+    dir: &Path,
+    older_than: Duration,
+) -> BenchResult<(usize, Duration)> {
+    const SCRIPT: &str = "import sys, time\n\
+from pathlib import Path\n\
+from sandbox.sessions import prune_sessions\n\
+started = time.perf_counter()\n\
+result = prune_sessions(older_than_hours=float(sys.argv[2]), workspace_root=Path(sys.argv[1]))\n\
+elapsed = time.perf_counter() - started\n\
+assert not result.errors, result.errors\n\
+print(len(result.deleted_sessions), elapsed)\n";
+    let output = std::process::Command::new(python)
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(dir)
+        .arg((older_than.as_secs_f64() / 3600.0).to_string())
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "the seed system's prune failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    let mut fields = stdout.split_whitespace();
+    let deleted: usize = fields.next().ok_or("no count printed")?.parse()?;
+    let seconds: f64 = fields.next().ok_or("no time printed")?.parse()?;
+    Ok((deleted, Duration::from_secs_f64(seconds)))
 }
 
 /// Size of the regular files under `dir` (what the seed logs per deletion).
@@ -281,6 +327,40 @@ fn main() -> BenchResult<()> {
     let seed_prune_elapsed = started.elapsed();
     assert_eq!(seed_pruned, pruned);
 
+    // The seed system itself on the same sessions: its `prune_sessions`,
+    // timed inside its interpreter. Its cutoff is the wall clock's, so
+    // the sessions are laid out at the same ages from now.
+    let seed_system = match std::env::var_os("SANDLOG_SEED_PYTHON") {
+        None => None,
+        Some(python) => {
+            let seed_system_dir = tempfile::tempdir()?;
+            let bench_now = sandlog_core::Clock::now(&clock);
+            let now = sandlog_core::Clock::now(&sandlog_core::SystemClock);
+            for (id, at) in &sessions_updated {
+                let age = Duration::from_micros(
+                    u64::try_from(bench_now.unix_micros() - at.unix_micros()).unwrap_or(0),
+                );
+                let at = now.saturating_sub(age);
+                write_seed_workspace(
+                    seed_system_dir.path(),
+                    *id,
+                    at,
+                    at,
+                    &[("data.txt", &[b'x'; 100])],
+                )?;
+            }
+            let (deleted, elapsed) = seed_system_prune(
+                Path::new(&python),
+                seed_system_dir.path(),
+                31 * DAY + Duration::from_secs(1),
+            )?;
+            // Wall-clock time passes between laying out and pruning: a
+            // session at the boundary may fall on the other side.
+            assert!(deleted.abs_diff(pruned) <= 1, "{deleted} against {pruned}");
+            Some((deleted, elapsed))
+        }
+    };
+
     // 3. Adopting `adopt_sessions` seed-layout workspaces (metadata, a
     // script, a data file) into a new root at the default durability.
     let seeds = tempfile::tempdir()?;
@@ -350,6 +430,22 @@ fn main() -> BenchResult<()> {
         "| ratio sandlog real prune / seed-style prune (sessions/s) | {:.1}× | ≥ 3× |",
         rate(pruned, prune_elapsed) / rate(seed_pruned, seed_prune_elapsed).max(1e-9)
     );
+    match seed_system {
+        Some((deleted, elapsed)) => {
+            println!(
+                "| the seed system's own `prune_sessions` (Python) on the same sessions | {:.0} ms, {:.0} sessions/s | — |",
+                elapsed.as_secs_f64() * 1e3,
+                rate(deleted, elapsed)
+            );
+            println!(
+                "| ratio sandlog real prune / the seed system's prune (sessions/s) | {:.1}× | ≥ 3× |",
+                rate(pruned, prune_elapsed) / rate(deleted, elapsed).max(1e-9)
+            );
+        }
+        None => println!(
+            "| the seed system's own `prune_sessions` | not run: set SANDLOG_SEED_PYTHON to a Python with llm-wasm-sandbox (`make bench` does) | — |"
+        ),
+    }
     println!(
         "| adopt {adopt_sessions} seed-layout sessions (2 files each, default durability) | {:.0} ms, {:.0} sessions/s | ≤ 300 ms for 2000 |",
         adopt_elapsed.as_secs_f64() * 1e3,
