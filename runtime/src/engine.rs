@@ -1217,24 +1217,39 @@ impl Engine {
         // effect precedes its event, and a crash leaves either no new file
         // and no event, or the new file without its event (drift that
         // `reconcile` reports), never an event whose bytes are not stored.
+        // The staged file is fsynced on another thread while the blob and
+        // the event are written, and joined before the rename: the two
+        // waits overlap instead of adding up.
+        let syncer = staged.syncer()?;
         let mut staged = Some(staged);
-        self.write_session(session_id, session.version, |write, version| {
-            // Only a version conflict runs this again, and it is found
-            // before the rename below.
-            let Some(file) = staged.as_mut() else {
-                return Err(RuntimeError::Conflict(session_id));
-            };
-            write.put_blob_from(file.reader()?, Some(blake3), size)?;
-            let written = FileWritten::kept(path.clone(), size, blake3, WrittenBy::Host);
-            let envelopes = write.append(
-                session_id.stream(),
-                ExpectedVersion::Exact(version),
-                &[self.event(&Event::FileWritten(written))],
-            )?;
-            if let Some(file) = staged.take() {
-                file.commit()?;
-            }
-            Ok(envelopes)
+        std::thread::scope(|scope| -> Result<()> {
+            let mut sync = Some(scope.spawn(move || syncer.sync_all()));
+            self.write_session(session_id, session.version, |write, version| {
+                // Only a version conflict runs this again, and it is found
+                // before the rename below.
+                let Some(file) = staged.as_mut() else {
+                    return Err(RuntimeError::Conflict(session_id));
+                };
+                write.put_blob_from(file.reader()?, Some(blake3), size)?;
+                let written = FileWritten::kept(path.clone(), size, blake3, WrittenBy::Host);
+                let envelopes = write.append(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(version),
+                    &[self.event(&Event::FileWritten(written))],
+                )?;
+                if let Some(sync) = sync.take() {
+                    sync.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                        .map_err(RuntimeError::io(format!(
+                            "syncing the staged write of {path}"
+                        )))?;
+                }
+                if let Some(file) = staged.take() {
+                    file.commit()?;
+                }
+                Ok(envelopes)
+            })?;
+            Ok(())
         })?;
         tracing::info!(target: "sandlog::lifecycle", event = "file.written", %session_id, %path, size, "file written");
         self.maybe_checkpoint(false);

@@ -534,9 +534,11 @@ pub fn fsync_dir(path: &Path) -> std::io::Result<()> {
 /// memory at once while it is copied into the workspace.
 pub const WRITE_CHUNK_BYTES: usize = 64 * 1024;
 
-/// A host write streamed into a temporary file beside its target, fsynced
-/// and not yet renamed. Dropped without [`StagedWrite::commit`], the
-/// temporary file is removed: a refused or failed write leaves nothing.
+/// A host write streamed into a temporary file beside its target, not yet
+/// durable and not yet renamed. Its contents are made durable through
+/// [`StagedWrite::syncer`] before [`StagedWrite::commit`] renames it.
+/// Dropped without a commit, the temporary file is removed: a refused or
+/// failed write leaves nothing.
 #[derive(Debug)]
 pub struct StagedWrite<'a> {
     workspace: &'a Workspace,
@@ -598,8 +600,21 @@ impl StagedWrite<'_> {
         Ok(file)
     }
 
+    /// A second handle on the staged file, to fsync it on another thread
+    /// while the caller records the write: the two overlap, and the
+    /// contents are durable before [`StagedWrite::commit`] is called.
+    pub fn syncer(&self) -> Result<cap_std::fs::File> {
+        let map = self.workspace.map_error(&self.target, "writing");
+        let Some(file) = self.file.as_ref() else {
+            return Err(map(std::io::Error::other("the staged file is closed")));
+        };
+        file.try_clone().map_err(map)
+    }
+
     /// Creates the target's parent directories and renames the temporary
-    /// file over the target.
+    /// file over the target. The caller has made the contents durable
+    /// first (see [`StagedWrite::syncer`]), so a rename that survives a
+    /// crash never names a torn file.
     pub fn commit(mut self) -> Result<()> {
         self.file = None;
         let temporary = std::mem::take(&mut self.temporary);
@@ -628,8 +643,8 @@ impl Drop for StagedWrite<'_> {
 
 impl Workspace {
     /// Streams `reader` into a temporary file at the top of the workspace
-    /// in chunks of [`WRITE_CHUNK_BYTES`], hashing as it goes, and fsyncs
-    /// it. An input longer than `bytes_max` stops the copy
+    /// in chunks of [`WRITE_CHUNK_BYTES`], hashing as it goes; not synced
+    /// (see [`StagedWrite`]). An input longer than `bytes_max` stops the copy
     /// as soon as the first byte past the limit is read, removes the
     /// temporary file and fails with [`RuntimeError::InputTooLarge`]:
     /// memory and disk use stay bounded whatever the input (`/dev/zero`
@@ -693,26 +708,8 @@ impl Workspace {
                 file.write_all(chunk).map_err(map())?;
             }
         }
-        if let Some(file) = staged.file.as_mut() {
-            file.sync_all().map_err(map())?;
-        }
         staged.size = size;
         staged.blake3 = Hash(*hasher.finalize().as_bytes());
         Ok(staged)
-    }
-
-    /// [`Workspace::stage_from`], then the rename: the whole streamed write
-    /// of a file, atomic as [`Workspace::write`]. Returns the size and the
-    /// blake3 of what was written.
-    pub fn write_from(
-        &self,
-        path: &WorkspacePath,
-        reader: &mut dyn Read,
-        bytes_max: u64,
-    ) -> Result<(u64, Hash)> {
-        let staged = self.stage_from(path, reader, bytes_max)?;
-        let written = (staged.size(), staged.blake3());
-        staged.commit()?;
-        Ok(written)
     }
 }
