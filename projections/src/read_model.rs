@@ -231,13 +231,15 @@ pub(crate) fn load_session(
     connection: &Connection,
     session_id: SessionId,
 ) -> Result<Option<SessionState>> {
-    Ok(load_keyed_session(connection, session_id)?.map(|keyed| keyed.session))
+    Ok(load_keyed_session(connection, session_id, true)?.map(|keyed| keyed.session))
 }
 
-/// [`load_session`], with the session's key.
+/// [`load_session`], with the session's key; without its files (an empty
+/// map, the counts still the row's) unless `with_files`.
 fn load_keyed_session(
     connection: &Connection,
     session_id: SessionId,
+    with_files: bool,
 ) -> Result<Option<KeyedSession>> {
     let id_text = session_id.to_string();
     let row = connection
@@ -301,7 +303,10 @@ fn load_keyed_session(
         .map_err(|error| corrupt(format!("session {id_text} labels: {error}")))?;
     let readonly = decode_readonly(readonly.as_deref())
         .map_err(|error| corrupt(format!("session {id_text} readonly: {error}")))?;
-    let files = load_files_by_key(connection, session_key)?;
+    let files = match with_files {
+        true => load_files_by_key(connection, session_key)?,
+        false => BTreeMap::new(),
+    };
     Ok(Some(KeyedSession {
         key: session_key,
         session: SessionState {
@@ -355,25 +360,45 @@ pub(crate) fn load_file(
         )?
         .query_row(
             rusqlite::params![session_id.to_string(), path.as_str()],
-            |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    row.get::<_, i64>(2)?,
-                ))
-            },
+            file_row,
         )
         .optional()?;
-    row.map(|(size, hash_bytes, updated_at)| {
-        let blake3 = Hash::from_slice(&hash_bytes)
-            .ok_or_else(|| corrupt(format!("hash of {:?}", path.as_str())))?;
-        Ok(FileEntry {
-            size: to_u64(size),
-            blake3,
-            updated_at: Timestamp::from_unix_micros(updated_at),
-        })
+    row.map(|row| decode_file_row(row, path)).transpose()
+}
+
+/// The columns `size, blake3, updated_at` of a file row.
+type FileRow = (i64, Vec<u8>, i64);
+
+fn file_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<FileRow> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+}
+
+fn decode_file_row(
+    (size, hash_bytes, updated_at): FileRow,
+    path: &WorkspacePath,
+) -> Result<FileEntry> {
+    let blake3 = Hash::from_slice(&hash_bytes)
+        .ok_or_else(|| corrupt(format!("hash of {:?}", path.as_str())))?;
+    Ok(FileEntry {
+        size: to_u64(size),
+        blake3,
+        updated_at: Timestamp::from_unix_micros(updated_at),
     })
-    .transpose()
+}
+
+/// One file of the session whose row has `session_key`.
+fn load_file_by_key(
+    connection: &Connection,
+    session_key: i64,
+    path: &WorkspacePath,
+) -> Result<Option<FileEntry>> {
+    let row = connection
+        .prepare_cached(
+            "SELECT size, blake3, updated_at FROM rm_files WHERE session_key = ?1 AND path = ?2",
+        )?
+        .query_row(params![session_key, path.as_str()], file_row)
+        .optional()?;
+    row.map(|row| decode_file_row(row, path)).transpose()
 }
 
 /// The files of the session whose row has `session_key`.
@@ -427,12 +452,27 @@ pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
 }
 
 /// What a [`Batch`] knows of a session's row from before the batch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Loaded {
     /// The row's `session_key`; `None` until the flush inserts the row.
     key: Option<i64>,
     /// Its share of `rm_totals` as loaded.
     share: (i64, i64),
+    /// Which of the session's files the partial state holds.
+    files: KnownFiles,
+}
+
+/// Which files of a session a [`Batch`]'s partial state holds. A session
+/// is loaded without its files, and an event loads just the rows it
+/// touches (a write its path; a delete, prune or deletion all of them),
+/// so folding a write into a session costs the same whatever it holds.
+#[derive(Debug, Clone)]
+enum KnownFiles {
+    /// Every file: the map is the session's whole workspace.
+    All,
+    /// These paths, present in the map or known to be absent (deleted in
+    /// this batch, or never written); any other path is unknown.
+    Paths(BTreeSet<WorkspacePath>),
 }
 
 /// A partial state being folded, and what must be written back.
@@ -514,15 +554,54 @@ impl<'c> Batch<'c> {
         if let Entry::Vacant(entry) = self.loaded.entry(session_id) {
             let keyed = match first_in_stream {
                 true => None,
-                false => load_keyed_session(self.connection, session_id)?,
+                false => load_keyed_session(self.connection, session_id, false)?,
             };
             entry.insert(Loaded {
                 key: keyed.as_ref().map(|keyed| keyed.key),
                 share: active_share(keyed.as_ref().map(|keyed| &keyed.session)),
+                // Without a row there are no file rows: the (empty) map is
+                // the whole workspace.
+                files: match keyed {
+                    Some(_) => KnownFiles::Paths(BTreeSet::new()),
+                    None => KnownFiles::All,
+                },
             });
             if let Some(keyed) = keyed {
                 self.state.sessions.insert(session_id, keyed.session);
             }
+        }
+        Ok(())
+    }
+
+    /// Loads the file rows of `session_id` that folding `event` reads
+    /// (see [`KnownFiles`]), keeping what the batch already folded.
+    fn load_files_for(&mut self, session_id: SessionId, event: &Event) -> Result<()> {
+        let Some(loaded) = self.loaded.get_mut(&session_id) else {
+            return Ok(());
+        };
+        let (Some(key), KnownFiles::Paths(known)) = (loaded.key, &mut loaded.files) else {
+            return Ok(());
+        };
+        let Some(session) = self.state.sessions.get_mut(&session_id) else {
+            return Ok(());
+        };
+        match event {
+            Event::FileWritten(written) => {
+                if known.insert(written.path.clone())
+                    && let Some(entry) = load_file_by_key(self.connection, key, &written.path)?
+                {
+                    session.files.insert(written.path.clone(), entry);
+                }
+            }
+            Event::FileDeleted(_) | Event::SessionPruned(_) | Event::SessionDeleted(_) => {
+                for (path, entry) in load_files_by_key(self.connection, key)? {
+                    if !known.contains(&path) {
+                        session.files.insert(path, entry);
+                    }
+                }
+                loaded.files = KnownFiles::All;
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -551,6 +630,7 @@ impl<'c> Batch<'c> {
         };
         if let Some(session_id) = envelope.session() {
             self.ensure_loaded(session_id, envelope.version == StreamVersion(1))?;
+            self.load_files_for(session_id, event)?;
             // The file rows this event may change: exactly the ones whose
             // presence or contents the fold can alter. Only a session that
             // already has a row can have file rows; a new one's files are

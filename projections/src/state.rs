@@ -158,9 +158,26 @@ impl SessionState {
         );
     }
 
-    fn recount(&mut self) {
-        self.bytes = self.files.values().map(|file| file.size).sum();
-        self.file_count = self.files.len() as u64;
+    /// Counts `entry` in (`file_count`, `bytes`), or out when `entering`
+    /// is false. The counts move with each file that enters or leaves
+    /// `files`, so folding a write costs the same whatever the session
+    /// holds; and [`crate::read_model`] folds with only the file rows an
+    /// event touches loaded, the counts coming from the session's row.
+    fn count(&mut self, entry: &FileEntry, entering: bool) {
+        if entering {
+            self.bytes = self.bytes.saturating_add(entry.size);
+            self.file_count = self.file_count.saturating_add(1);
+        } else {
+            self.bytes = self.bytes.saturating_sub(entry.size);
+            self.file_count = self.file_count.saturating_sub(1);
+        }
+    }
+
+    /// Empties the workspace (a prune or delete finished).
+    fn clear_files(&mut self) {
+        self.files.clear();
+        self.bytes = 0;
+        self.file_count = 0;
     }
 }
 
@@ -331,15 +348,15 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
             }
         }
         Event::FileWritten(written) => {
-            session.files.insert(
-                written.path.clone(),
-                FileEntry {
-                    size: written.size,
-                    blake3: written.blake3,
-                    updated_at: at,
-                },
-            );
-            session.recount();
+            let entry = FileEntry {
+                size: written.size,
+                blake3: written.blake3,
+                updated_at: at,
+            };
+            session.count(&entry, true);
+            if let Some(replaced) = session.files.insert(written.path.clone(), entry) {
+                session.count(&replaced, false);
+            }
             // Only host and native writes are activity (M2). Guest writes
             // ride on their execution, which touches only if it succeeded;
             // an adoption's inventory is not activity, so adopted
@@ -349,10 +366,17 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
             }
         }
         Event::FileDeleted(deleted) => {
-            session
+            let gone: Vec<WorkspacePath> = session
                 .files
-                .retain(|path, _| !path.starts_with(&deleted.path));
-            session.recount();
+                .keys()
+                .filter(|path| path.starts_with(&deleted.path))
+                .cloned()
+                .collect();
+            for path in gone {
+                if let Some(entry) = session.files.remove(&path) {
+                    session.count(&entry, false);
+                }
+            }
             if deleted.by.is_activity() {
                 session.touch(at);
             }
@@ -363,16 +387,14 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
         }
         Event::SessionPruned(_) => {
             session.status = SessionStatus::Pruned;
-            session.files.clear();
-            session.recount();
+            session.clear_files();
         }
         Event::SessionHeld(held) => session.held = Some(held.reason.clone()),
         Event::SessionReleased(_) => session.held = None,
         Event::SessionDeleteRequested(_) => session.status = SessionStatus::Deleting,
         Event::SessionDeleted(_) => {
             session.status = SessionStatus::Deleted;
-            session.files.clear();
-            session.recount();
+            session.clear_files();
         }
         _ => {}
     }
