@@ -221,7 +221,7 @@ impl Engine {
             (CHECKPOINT_KEY_SETTING, Some(value)) => {
                 // Checked now, so a typo fails here and not at the first
                 // automatic checkpoint.
-                crate::proofs::read_signer_key(std::path::Path::new(value))?;
+                crate::keys::read_signer_key(std::path::Path::new(value))?;
             }
             (CHECKPOINT_EVERY_SETTING, Some(value)) => {
                 if !value.parse::<u64>().is_ok_and(|every| every > 0) {

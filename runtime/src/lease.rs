@@ -165,9 +165,9 @@ impl Lease {
             self.path.file_stem(),
         ) {
             let cache = root
-                .join(crate::native::SCANS_DIR)
+                .join(crate::statcache::SCANS_DIR)
                 .join(Path::new(name).with_extension("bin"));
-            if let Err(error) = crate::native::remove_stat_cache(&cache) {
+            if let Err(error) = crate::statcache::remove_stat_cache(&cache) {
                 tracing::warn!(cache = %cache.display(), %error, "removing the stat cache failed");
             }
         }

@@ -9,17 +9,22 @@
 //!
 //! # Layout
 //!
-//! * [`engine`]: `Engine::open`, sessions, execute, host file operations.
+//! * [`engine`]: the root's layout, `Engine::open` and what every command
+//!   shares (session locks and leases, appends to a session).
+//! * [`exec`]: runtimes, execution requests and `Engine::execute`.
+//! * [`files`]: host file operations (list, read, write, delete).
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`sessions`]: creating sessions with a group, a size limit,
 //!   read-only directories and context files; the size limit.
 //! * [`forensics`]: the log, its head, states as of a point, statistics,
 //!   blobs and the Merkle tree, for front ends.
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`fault`]: the fault-injection hook of destructive steps (tests).
 //! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
+//! * [`keys`]: signer and verifier key files.
 //! * [`report`]: one session as a self-contained HTML report.
 //! * [`kernel`]: warm session kernels for a long-lived process.
 //! * [`sandbox`]: wasmtime, limits, the module cache.
@@ -36,9 +41,13 @@ pub mod applier;
 pub mod engine;
 pub mod error;
 pub mod evidence;
+pub mod exec;
+pub mod fault;
+pub mod files;
 pub mod forensics;
 pub mod history;
 pub mod kernel;
+pub mod keys;
 pub mod lease;
 pub mod lifecycle;
 pub mod migrate;
@@ -52,17 +61,17 @@ pub mod verify;
 pub mod workspace;
 
 mod scan;
+mod statcache;
 mod tree;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
-pub use engine::{
-    Engine, EngineOptions, ExecRequest, Execution, Layout, LimitOverrides, PreparedRuntime,
-    Runtime, default_cache_dir,
-};
+pub use engine::{Engine, EngineOptions, Layout, default_cache_dir};
 pub use error::{Result, RuntimeError};
+pub use exec::{ExecRequest, Execution, LimitOverrides, PreparedRuntime, Runtime};
+pub use fault::FaultInjector;
 pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
-pub use lifecycle::{DeleteReport, FaultInjector, PruneReport};
+pub use lifecycle::{DeleteReport, PruneReport};
 pub use native::{NativeOptions, NativeRun, Passthrough, SyncReport};
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;

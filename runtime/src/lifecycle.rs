@@ -70,15 +70,6 @@ fn intent_name(status: SessionStatus) -> &'static str {
     }
 }
 
-/// Injects failures into destructive steps: for tests and chaos drills
-/// (the seed scenario "permission denied on one session" cannot be staged
-/// with `chmod` when the tests run as root).
-pub trait FaultInjector: Send + Sync + std::fmt::Debug {
-    /// Called just before a workspace directory is removed; an error is
-    /// treated as the removal's own error.
-    fn before_remove(&self, session_id: SessionId, path: &Path) -> std::io::Result<()>;
-}
-
 /// Why a session was not pruned although it was selected or considered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
@@ -255,7 +246,7 @@ struct Held<'a, 'l> {
 fn remove_workspace_unsynced(
     layout: &Layout,
     workspaces: &Dir,
-    fault: Option<&SharedFaultInjector>,
+    fault: Option<&crate::fault::SharedFaultInjector>,
     session_id: SessionId,
 ) -> Result<u64> {
     let path = layout.workspace(session_id);
@@ -1082,6 +1073,3 @@ impl Engine {
         Ok(intent)
     }
 }
-
-/// Shares a fault injector.
-pub type SharedFaultInjector = Arc<dyn FaultInjector>;

@@ -8,7 +8,6 @@
 //! randomness of a new key, key files).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use sandlog_core::bundle::{BUNDLE_FORMAT, Bundle, BundleEvent, VerifiedBundle};
@@ -21,9 +20,7 @@ use serde::Serialize;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-
-/// Largest key or checkpoint file read, bytes (both are under 200 bytes).
-pub const KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
+pub use crate::keys::{KEY_FILE_BYTES_MAX, generate_key_file, read_signer_key, read_verifier_key};
 
 /// A checkpoint signed now, as stored and handed out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -123,73 +120,6 @@ fn blob_refs(envelope: &Envelope) -> Vec<Hash> {
         Ok(Some(Event::FileWritten(written))) if written.content_stored() => vec![written.blake3],
         _ => Vec::new(),
     }
-}
-
-fn read_small_file(path: &Path, what: &str) -> Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(RuntimeError::io(format!(
-        "reading {what} {}",
-        path.display()
-    )))?;
-    let mut text = String::new();
-    file.take(KEY_FILE_BYTES_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(RuntimeError::io(format!(
-            "reading {what} {}",
-            path.display()
-        )))?;
-    if text.len() as u64 > KEY_FILE_BYTES_MAX {
-        return Err(RuntimeError::Io {
-            context: format!("reading {what} {}", path.display()),
-            source: std::io::Error::new(
-                std::io::ErrorKind::FileTooLarge,
-                format!("larger than {KEY_FILE_BYTES_MAX} bytes: not a {what}"),
-            ),
-        });
-    }
-    Ok(text)
-}
-
-/// Draws a new Ed25519 key named `origin` from the OS's randomness and
-/// writes it to `path` (mode 0600, never over an existing file).
-pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|error| RuntimeError::Io {
-        context: "drawing a random key".into(),
-        source: std::io::Error::other(error.to_string()),
-    })?;
-    let key = SignerKey::from_seed(origin, seed).map_err(RuntimeError::Note)?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let context = format!("writing key file {}", path.display());
-    let mut file = options
-        .open(path)
-        .map_err(RuntimeError::io(context.clone()))?;
-    file.write_all(format!("{}\n", key.to_private_string()).as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(RuntimeError::io(context))?;
-    Ok(key)
-}
-
-/// Reads a signer key file written by [`generate_key_file`].
-pub fn read_signer_key(path: &Path) -> Result<SignerKey> {
-    SignerKey::parse(&read_small_file(path, "key file")?).map_err(RuntimeError::Note)
-}
-
-/// Reads a verifier key: the text itself, or a file holding it.
-pub fn read_verifier_key(text_or_path: &str) -> Result<VerifierKey> {
-    let path = Path::new(text_or_path);
-    let text = if path.is_file() {
-        read_small_file(path, "verifier key")?
-    } else {
-        text_or_path.to_owned()
-    };
-    VerifierKey::parse(&text).map_err(RuntimeError::Note)
 }
 
 /// Verifies an evidence bundle with no database: the checkpoint signature,

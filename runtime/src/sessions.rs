@@ -130,6 +130,17 @@ pub fn default_guest_path(host_path: &Path) -> Result<String> {
 }
 
 impl Engine {
+    /// Creates a session (S1): a fresh UUIDv4, its workspace directory, and
+    /// `session.created`. The directory is made (and fsynced) first: a crash
+    /// before the event leaves an empty orphan directory that `reconcile`
+    /// quarantines, never an event without a directory.
+    pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
+        self.create_session_with(crate::sessions::NewSession {
+            labels,
+            ..Default::default()
+        })
+    }
+
     /// Creates a session (S1) with a group, a size limit, read-only
     /// directories and context files (see the module documentation).
     /// Everything is checked before anything is written: a bad group,

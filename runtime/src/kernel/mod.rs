@@ -34,8 +34,9 @@ use sandlog_core::event::{Event, KernelEvicted, KernelRestarted};
 use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::SessionStatus;
 
-use crate::engine::{Engine, ExecRequest, Execution, RunContext, Runtime};
+use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::exec::{ExecRequest, Execution, RunContext, Runtime};
 use crate::sandbox::limits::CONCURRENT_RUNS_MAX;
 use crate::sandbox::{Kernel, RunReport};
 

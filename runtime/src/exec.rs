@@ -1,0 +1,443 @@
+//! Executions: which guest runs (a [`Runtime`]), the request and its
+//! limits, and [`Engine::execute`], which runs the guest in a session's
+//! workspace and records what it did (`session.executed` and the file
+//! changes found after the run, in one append).
+
+use std::path::PathBuf;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use sandlog_core::event::{Event, ExecutionLimit, ExecutionScan, RecordedLimits, SessionExecuted};
+use sandlog_core::{Hash, Outcome, SessionId, WorkspacePath};
+use sandlog_eventstore::ExpectedVersion;
+use serde::Serialize;
+
+use crate::engine::{CODE_BYTES_MAX, Engine, RUNTIMES_DIR, RUNTIMES_DIR_ENV};
+use crate::error::{Result, RuntimeError};
+use crate::sandbox::limits::SCAN_TIME_MIN;
+use crate::sandbox::{
+    self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
+};
+use crate::workspace::{ScanLimits, Workspace};
+
+/// A guest runtime made ready by [`Engine::prepare_runtime`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedRuntime {
+    /// Its module file.
+    pub path: PathBuf,
+    /// Compiled now, or loaded from the precompiled cache (the first time
+    /// this engine loaded it).
+    pub origin: ModuleOrigin,
+    /// How long making it ready took.
+    pub elapsed: Duration,
+}
+
+/// Which guest to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// CPython 3.12 for WASI; the code is Python source.
+    Python,
+    /// QuickJS; the code is JavaScript source.
+    JavaScript,
+    /// Any WASI preview 1 command module; the code is its stdin.
+    Module(PathBuf),
+}
+
+impl Runtime {
+    /// Parses `python`, `javascript` (or `js`), or a path to a `.wasm` file.
+    pub fn parse(text: &str) -> Runtime {
+        match text {
+            "python" | "py" => Runtime::Python,
+            "javascript" | "js" => Runtime::JavaScript,
+            path => Runtime::Module(PathBuf::from(path)),
+        }
+    }
+
+    /// The name recorded in events.
+    pub fn name(&self) -> String {
+        match self {
+            Runtime::Python => "python".to_owned(),
+            Runtime::JavaScript => "javascript".to_owned(),
+            Runtime::Module(path) => path.file_name().map_or_else(
+                || path.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            ),
+        }
+    }
+}
+
+/// One execution request.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Which guest.
+    pub runtime: Runtime,
+    /// The code (or, for a module, its stdin).
+    pub code: Vec<u8>,
+    /// Limits; `None` fields of [`LimitOverrides`] take the engine's.
+    pub limits: LimitOverrides,
+}
+
+impl ExecRequest {
+    /// Python code under the default limits.
+    pub fn python(code: impl Into<String>) -> ExecRequest {
+        ExecRequest {
+            runtime: Runtime::Python,
+            code: code.into().into_bytes(),
+            limits: LimitOverrides::default(),
+        }
+    }
+}
+
+/// Per-call limit overrides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    /// Fuel.
+    pub fuel: Option<u64>,
+    /// Wall clock.
+    pub timeout: Option<Duration>,
+    /// Linear memory, bytes.
+    pub memory_bytes: Option<u64>,
+    /// stdout and stderr caps, bytes.
+    pub output_bytes: Option<usize>,
+    /// Workspace quota, bytes.
+    pub workspace_bytes: Option<u64>,
+    /// File bytes kept as evidence (0: evidence off).
+    pub evidence_bytes: Option<u64>,
+}
+
+/// What an execution did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Execution {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The guest's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Captured stdout (lossy UTF-8 in JSON).
+    #[serde(serialize_with = "lossy")]
+    pub stdout: Vec<u8>,
+    /// Captured stderr.
+    #[serde(serialize_with = "lossy")]
+    pub stderr: Vec<u8>,
+    /// Whether stdout hit its cap.
+    pub stdout_truncated: bool,
+    /// Whether stderr hit its cap.
+    pub stderr_truncated: bool,
+    /// Fuel consumed.
+    pub fuel_consumed: u64,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// Files the guest wrote.
+    pub files_written: Vec<WorkspacePath>,
+    /// Files the guest deleted.
+    pub files_deleted: Vec<WorkspacePath>,
+    /// A trap or limit message.
+    pub message: Option<String>,
+    /// Position of the `session.executed` event.
+    pub position: u64,
+    /// Wall time of the host's scan and hashing after the run,
+    /// milliseconds (part of the execution's cost not in `duration_ms`).
+    pub scan_ms: u64,
+    /// The bound of the host's work after the run that kept some changes
+    /// from being recorded, if any.
+    pub limit: Option<ExecutionLimit>,
+    /// Changes found after the run, recorded or not (`files_written` and
+    /// `files_deleted` list the recorded ones).
+    pub files_changed_total: u64,
+}
+
+fn lossy<S: serde::Serializer>(
+    bytes: &[u8],
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_str(&String::from_utf8_lossy(bytes))
+}
+
+/// What [`Engine::execute_with`] hands the code that runs the guest.
+pub(crate) struct RunContext<'a> {
+    /// The engine's sandbox.
+    pub(crate) sandbox: &'a Sandbox,
+    /// The guest's module.
+    pub(crate) module: &'a LoadedModule,
+    /// The one-shot run of the request: workspace, args, env, mounts and
+    /// the execution's limits.
+    pub(crate) request: RunRequest<'a>,
+}
+
+impl Engine {
+    /// Makes a guest runtime ready to run: loads it from the precompiled
+    /// cache, or compiles it into the cache (telling
+    /// [`EngineOptions::on_compile`]). `init` calls it so that the first
+    /// execution does not pay for the compile.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::RuntimeMissing`] if the runtime's file is not there;
+    /// the sandbox's error if it cannot be loaded.
+    pub fn prepare_runtime(&self, runtime: &Runtime) -> Result<PreparedRuntime> {
+        let path = self.runtime_path(runtime);
+        if !path.is_file() {
+            return Err(RuntimeError::RuntimeMissing {
+                name: runtime.name(),
+                path,
+            });
+        }
+        let started = Instant::now();
+        let module = self.sandbox()?.load(&path)?;
+        Ok(PreparedRuntime {
+            path,
+            origin: module.origin(),
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Runs code in a session (X1, X2): the guest sees only the workspace
+    /// as `/app`; afterwards the workspace is compared with the files
+    /// projection and `session.executed` plus the guest's file changes are
+    /// appended in one batch, expecting the version read before the run (a
+    /// prune intent that landed meanwhile wins; see P7).
+    pub fn execute(&self, session_id: SessionId, request: &ExecRequest) -> Result<Execution> {
+        self.execute_with(session_id, request, |run| {
+            Ok((run.sandbox.run(run.module, run.request)?, None))
+        })
+    }
+
+    /// [`Engine::execute`] with the run itself left to `run`: the checks,
+    /// the session lock, the lease, the scans, the recording and the
+    /// evidence are the same for every way of running the guest (one-shot
+    /// here, a warm kernel in [`crate::kernel`]). `run` gets the one-shot
+    /// request and returns the report, and whether the guest ran in a warm
+    /// kernel (`None`: one-shot), which `session.executed` records.
+    pub(crate) fn execute_with(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        run: impl FnOnce(RunContext<'_>) -> Result<(RunReport, Option<bool>)>,
+    ) -> Result<Execution> {
+        if request.code.len() > CODE_BYTES_MAX {
+            return Err(RuntimeError::CodeTooLarge {
+                size: request.code.len(),
+                max: CODE_BYTES_MAX,
+            });
+        }
+        let lock = self.lock_session(session_id);
+        let _guard: MutexGuard<'_, ()> =
+            lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Held through the run and the append: the workspace is never
+        // removed under the guest.
+        let (_lease, session) = self.lease_active(session_id)?;
+        let (module, args, stdin) = self.prepare(request)?;
+        let mut limits = self.limits(&request.limits);
+        // The session's size limit caps what the guest may leave.
+        limits.workspace_bytes_max =
+            self.session_quota(session.max_size, request.limits.workspace_bytes)?;
+        let workspace_path = self.layout.workspace(session_id);
+        let workspace = Workspace::open(&workspace_path)?;
+        // Bounded like the scan after the run; a workspace past the bounds
+        // before the run only costs the run some hashing afterwards.
+        let scan_limits = ScanLimits {
+            entries_max: limits.scan_entries_max,
+            ..ScanLimits::default()
+        };
+        let before = workspace.scan_bounded(&scan_limits)?.files;
+        let budget = self.evidence_budget(request.limits.evidence_bytes)?;
+
+        let mut one_shot = RunRequest::new(&workspace_path);
+        one_shot.args = args;
+        one_shot.stdin = stdin;
+        one_shot.env = self.options.guest_env.clone();
+        one_shot.readonly_mounts = self.readonly_mounts(&session.readonly);
+        one_shot.limits = limits.clone();
+        let (report, warm) = run(RunContext {
+            sandbox: self.sandbox()?,
+            module: &module,
+            request: one_shot,
+        })?;
+
+        // The host's work after the run is bounded by the run's own limits
+        // (see `crate::scan`), and an execution is recorded whatever the
+        // guest left behind.
+        let scan_started = Instant::now();
+        let deadline = scan_started + limits.timeout.max(SCAN_TIME_MIN);
+        let after = workspace.scan_bounded(&ScanLimits {
+            deadline: Some(deadline),
+            ..scan_limits
+        })?;
+        let changes = crate::scan::changes(
+            &workspace,
+            &session.files,
+            &before,
+            &after,
+            &crate::scan::Bounds {
+                changed_files_max: limits.changed_files_max,
+                hash_bytes_max: limits.workspace_bytes_max,
+                deadline,
+            },
+        )?;
+        let scan_ms = u64::try_from(scan_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let written = changes.written;
+        let deleted = changes.deleted;
+        let files_recorded = (written.len() + deleted.len()) as u64;
+
+        // A bound of the host's work turns a run that ended on its own (ok
+        // or error) into `limit_exceeded`; a run that ended on a limit of
+        // its own keeps that outcome, and the scan names the bound either
+        // way.
+        let (outcome, message) = match changes.limit {
+            Some(limit) if matches!(report.outcome, Outcome::Ok | Outcome::Error) => (
+                Outcome::LimitExceeded,
+                Some(format!(
+                    "the workspace after the run is past the {} bound; {files_recorded} of {} changes recorded",
+                    limit.as_str(),
+                    changes.total
+                )),
+            ),
+            _ => (report.outcome, report.trap_message),
+        };
+        let scan = ExecutionScan {
+            scan_ms,
+            limit: changes.limit,
+            files_changed_total: changes.total,
+            files_recorded,
+            changes_digest: changes.limit.map(|_| changes.digest),
+        };
+        // The code, the output and the files' bytes are stored in the
+        // transaction of the events that name them: one commit, and no
+        // event naming a blob that is not there.
+        let envelopes = self.write_session(session_id, session.version, |write, version| {
+            let code = write.put_blob(&request.code)?;
+            if budget > 0 {
+                write.put_blob(&report.stdout)?;
+                write.put_blob(&report.stderr)?;
+            }
+            let (kept, evidence) =
+                crate::evidence::keep_files(write, &workspace, &written, budget)?;
+            let executed = SessionExecuted {
+                runtime: request.runtime.name(),
+                runtime_blake3: Hash(*module.blake3().as_bytes()),
+                code_blake3: code.hash,
+                code_bytes: request.code.len() as u64,
+                outcome,
+                exit_code: report.exit_code,
+                fuel_consumed: Some(report.fuel_consumed),
+                duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+                stdout_bytes: report.stdout.len() as u64,
+                stdout_blake3: Hash::of(&report.stdout),
+                stdout_truncated: report.stdout_truncated,
+                stderr_bytes: report.stderr.len() as u64,
+                stderr_blake3: Hash::of(&report.stderr),
+                stderr_truncated: report.stderr_truncated,
+                limits: RecordedLimits {
+                    fuel: limits.fuel,
+                    timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+                    memory_bytes: limits.memory_bytes,
+                    workspace_bytes: limits.workspace_bytes_max,
+                },
+                scan: Some(Box::new(scan.clone())),
+                evidence: Some(evidence),
+                warm,
+            };
+            let executed_event = self.event(&Event::SessionExecuted(executed));
+            let cause = Some(executed_event.event_id.0);
+            let mut events = vec![executed_event];
+            events.extend(kept.iter().map(|file| {
+                let mut event = self.event(&Event::FileWritten(file.clone()));
+                event.causation_id = cause;
+                event
+            }));
+            events.extend(deleted.iter().map(|file| {
+                let mut event = self.event(&Event::FileDeleted(file.clone()));
+                event.causation_id = cause;
+                event
+            }));
+            Ok(write.append(
+                session_id.stream(),
+                ExpectedVersion::Exact(version),
+                &events,
+            )?)
+        })?;
+        let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
+        self.maybe_checkpoint(false);
+        Ok(Execution {
+            outcome,
+            exit_code: report.exit_code,
+            stdout: report.stdout,
+            stderr: report.stderr,
+            stdout_truncated: report.stdout_truncated,
+            stderr_truncated: report.stderr_truncated,
+            fuel_consumed: report.fuel_consumed,
+            duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+            files_written: written.into_iter().map(|file| file.path).collect(),
+            files_deleted: deleted.into_iter().map(|file| file.path).collect(),
+            message,
+            position,
+            scan_ms,
+            limit: changes.limit,
+            files_changed_total: changes.total,
+        })
+    }
+
+    fn runtimes_dir(&self) -> PathBuf {
+        self.options
+            .runtimes_dir
+            .clone()
+            .or_else(|| std::env::var_os(RUNTIMES_DIR_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| self.layout.root.join(RUNTIMES_DIR))
+    }
+
+    /// Where a runtime's module is.
+    fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
+        match runtime {
+            Runtime::Python => self.runtimes_dir().join("python.wasm"),
+            Runtime::JavaScript => self.runtimes_dir().join("quickjs.wasm"),
+            Runtime::Module(path) => path.clone(),
+        }
+    }
+
+    fn prepare(&self, request: &ExecRequest) -> Result<(LoadedModule, Vec<String>, Vec<u8>)> {
+        let code_text = || {
+            String::from_utf8(request.code.clone()).map_err(|_| {
+                RuntimeError::Invalid(sandlog_core::CoreError::InvalidPayload {
+                    kind: "code".into(),
+                    schema: 0,
+                    reason: "code is not valid UTF-8".into(),
+                })
+            })
+        };
+        let (args, stdin) = match &request.runtime {
+            Runtime::Python => (sandbox::python_args(&code_text()?), Vec::new()),
+            Runtime::JavaScript => (sandbox::javascript_args(&code_text()?), Vec::new()),
+            Runtime::Module(_) => (Vec::new(), request.code.clone()),
+        };
+        let path = self.runtime_path(&request.runtime);
+        if !path.is_file() {
+            return Err(RuntimeError::RuntimeMissing {
+                name: request.runtime.name(),
+                path,
+            });
+        }
+        let module = self.sandbox()?.load(&path)?;
+        Ok((module, args, stdin))
+    }
+
+    fn limits(&self, overrides: &LimitOverrides) -> ExecLimits {
+        let mut limits = self.options.limits.clone();
+        if let Some(fuel) = overrides.fuel {
+            limits.fuel = Some(fuel);
+        }
+        if let Some(timeout) = overrides.timeout {
+            limits.timeout = timeout;
+        }
+        if let Some(memory) = overrides.memory_bytes {
+            limits.memory_bytes = memory;
+        }
+        if let Some(output) = overrides.output_bytes {
+            limits.stdout_bytes_max = output;
+            limits.stderr_bytes_max = output;
+        }
+        if let Some(workspace) = overrides.workspace_bytes {
+            limits.workspace_bytes_max = workspace;
+        }
+        limits
+    }
+}
