@@ -22,6 +22,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::DirEntryExt;
 
 use cap_std::ambient_authority;
@@ -194,7 +195,89 @@ pub(crate) fn remove_contents(root: &Dir) -> io::Result<u64> {
 /// Removes the directory `name` in `parent` with everything in it (a
 /// symlink or file of that name is removed itself); returns the bytes its
 /// regular files held. A missing `name` is 0 bytes.
+///
+/// The top level is removed by descriptor directly: `name` is opened as a
+/// directory without following a symlink (so what is listed is what was
+/// opened), its files are measured and unlinked as they are listed, and
+/// each subdirectory goes through [`remove_tree_walk`], whose descriptors
+/// stay O(1) whatever the depth. A flat workspace, the common case, costs
+/// one open, its listing, a stat and an unlink per file, and the `rmdir`.
 pub(crate) fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u64> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    let opened = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    );
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(0),
+        // A file, a symlink (to anything) or a special file: the general
+        // path removes it itself.
+        Err(Errno::NOTDIR | Errno::LOOP) => return remove_tree_walk(parent, name),
+        Err(error) => return Err(error.into()),
+    };
+    let mut bytes = 0u64;
+    let mut subdirs = Vec::new();
+    {
+        let mut entries = rustix::fs::Dir::new(fd)?;
+        while let Some(entry) = entries.next() {
+            let entry = entry?;
+            let entry_name = entry.file_name();
+            if entry_name == c"." || entry_name == c".." {
+                continue;
+            }
+            let dir_fd = entries.fd()?;
+            let file_type = match entry.file_type() {
+                rustix::fs::FileType::Unknown => {
+                    match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(stat) => rustix::fs::FileType::from_raw_mode(stat.st_mode),
+                        Err(Errno::NOENT) => continue,
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+                known => known,
+            };
+            match file_type {
+                rustix::fs::FileType::Directory => {
+                    subdirs.push(entry_name.to_owned());
+                    continue;
+                }
+                rustix::fs::FileType::RegularFile => {
+                    match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(stat) => {
+                            bytes = bytes.saturating_add(u64::try_from(stat.st_size).unwrap_or(0));
+                        }
+                        Err(Errno::NOENT) => continue,
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+                _ => {}
+            }
+            match rustix::fs::unlinkat(dir_fd, entry_name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if !subdirs.is_empty() {
+            let dir = Dir::from_std_file(std::fs::File::from(entries.fd()?.try_clone_to_owned()?));
+            for subdir in subdirs {
+                let subdir = std::ffi::OsString::from_vec(subdir.into_bytes());
+                bytes = bytes.saturating_add(remove_tree_walk(&dir, std::path::Path::new(&subdir))?);
+            }
+        }
+    }
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(bytes),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// [`remove_tree`] by the walk alone: checks what `name` is, then removes
+/// a directory's contents with [`remove_contents`].
+fn remove_tree_walk(parent: &Dir, name: &std::path::Path) -> io::Result<u64> {
     let metadata = match parent.symlink_metadata(name) {
         Ok(metadata) => metadata,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -289,6 +372,44 @@ mod tests {
         remove_tree(&parent, "w".as_ref())?;
         assert!(temp.path().join("outside/keep").exists());
         assert!(!temp.path().join("w").exists());
+        Ok(())
+    }
+
+    /// Goal: the by-descriptor top level removes every kind of entry a
+    /// guest can leave and counts only regular files' bytes, following no
+    /// symlink. Method: a workspace with files, a symlink to a file and one
+    /// to a directory outside, a FIFO, an empty and a nested directory;
+    /// then the same names as the workspace itself: a symlink to a
+    /// directory, a file, nothing.
+    #[test]
+    fn removal_counts_files_and_removes_every_kind() -> io::Result<()> {
+        let temp = tempfile::tempdir()?;
+        let root = temp.path();
+        std::fs::create_dir_all(root.join("w/empty"))?;
+        std::fs::create_dir_all(root.join("w/a/b"))?;
+        std::fs::create_dir(root.join("outside"))?;
+        std::fs::write(root.join("outside/keep"), b"12345")?;
+        std::fs::write(root.join("w/one"), b"abc")?;
+        std::fs::write(root.join("w/a/b/two"), b"defgh")?;
+        std::os::unix::fs::symlink(root.join("outside/keep"), root.join("w/file-link"))?;
+        std::os::unix::fs::symlink(root.join("outside"), root.join("w/dir-link"))?;
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &root.join("w/fifo"),
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )?;
+        let parent = Dir::open_ambient_dir(root, ambient_authority())?;
+        assert_eq!(remove_tree(&parent, "w".as_ref())?, 8);
+        assert!(!root.join("w").exists());
+        assert_eq!(std::fs::read(root.join("outside/keep"))?, b"12345");
+
+        std::os::unix::fs::symlink(root.join("outside"), root.join("as-link"))?;
+        assert_eq!(remove_tree(&parent, "as-link".as_ref())?, 0);
+        assert!(root.join("outside/keep").exists());
+        assert!(std::fs::symlink_metadata(root.join("as-link")).is_err());
+        std::fs::write(root.join("as-file"), b"xy")?;
+        assert_eq!(remove_tree(&parent, "as-file".as_ref())?, 2);
+        assert_eq!(remove_tree(&parent, "missing".as_ref())?, 0);
         Ok(())
     }
 }
