@@ -265,7 +265,8 @@ pub(crate) fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u6
             let dir = Dir::from_std_file(std::fs::File::from(entries.fd()?.try_clone_to_owned()?));
             for subdir in subdirs {
                 let subdir = std::ffi::OsString::from_vec(subdir.into_bytes());
-                bytes = bytes.saturating_add(remove_tree_walk(&dir, std::path::Path::new(&subdir))?);
+                bytes =
+                    bytes.saturating_add(remove_tree_walk(&dir, std::path::Path::new(&subdir))?);
             }
         }
     }
@@ -395,7 +396,7 @@ mod tests {
         std::os::unix::fs::symlink(root.join("outside"), root.join("w/dir-link"))?;
         rustix::fs::mkfifoat(
             rustix::fs::CWD,
-            &root.join("w/fifo"),
+            root.join("w/fifo"),
             rustix::fs::Mode::from_raw_mode(0o600),
         )?;
         let parent = Dir::open_ambient_dir(root, ambient_authority())?;
