@@ -419,7 +419,7 @@ fn write_report_showing(
     let session = engine.session(session_id)?;
     // The report covers the log up to the head as it is now, whatever is
     // appended while it is written.
-    let head = engine.store().digest()?;
+    let head = engine.store.digest()?;
     let mut report = Report {
         engine,
         session_id,
@@ -524,7 +524,7 @@ impl Report<'_, '_> {
         self.page
             .raw("<section id=\"verify\">\n<h2>Verification of the log</h2>\n");
         let outcome = self.engine.verify(None, &|_| {});
-        let merkle = self.engine.store().merkle_head();
+        let merkle = self.engine.store.merkle_head();
         let page = &mut self.page;
         page.raw("<table class=\"kv\">\n");
         match outcome {
@@ -576,7 +576,7 @@ impl Report<'_, '_> {
             ..LogFilter::default()
         };
         let mut executions = 0u64;
-        for envelope in self.engine.store().query(filter) {
+        for envelope in self.engine.store.query(filter) {
             let envelope = envelope?;
             self.summary.events += 1;
             let event = envelope.event();
@@ -618,7 +618,7 @@ impl Report<'_, '_> {
         };
         let mut shown = 0u64;
         let mut left = 0u64;
-        for envelope in self.engine.store().query(filter) {
+        for envelope in self.engine.store.query(filter) {
             let envelope = envelope?;
             let Ok(Some(Event::EvidenceErased(erased))) = envelope.event() else {
                 continue;
@@ -1262,7 +1262,7 @@ impl Report<'_, '_> {
             full: false,
         };
         // Whether the whole blob was read, when its bytes were read at all.
-        let whole = match self.engine.store().read_blob(hash, &mut excerpt) {
+        let whole = match self.engine.store.read_blob(hash, &mut excerpt) {
             Ok(BlobState::Kept { .. }) => true,
             // The excerpt's own refusal: the bytes so far are the excerpt.
             Err(EventStoreError::Io { .. }) if excerpt.full => false,
