@@ -353,14 +353,6 @@ impl Engine {
         &self.layout
     }
 
-    /// The SQLite store itself, for tests and tools that inspect it. Front
-    /// ends (the CLI, the server, the Python package) read the log through
-    /// the forensic methods of [`crate::forensics`] instead, so they do not
-    /// depend on which store is behind the engine.
-    pub fn store(&self) -> &EventStore {
-        &self.store
-    }
-
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.options.clock

@@ -21,6 +21,7 @@ use sandlog_core::event::Event;
 use sandlog_core::{ManualClock, SessionId, Timestamp, WorkspacePath};
 use sandlog_projections::Cut;
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides};
+use sandlog_tests::engine::RawLog;
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -71,7 +72,7 @@ fn with_budget(code: &str, budget: Option<u64>) -> ExecRequest {
 /// Bytes of the database and its WAL, after a checkpoint folds the WAL in
 /// (so the figure is what the file holds, not what is waiting).
 fn database_bytes(engine: &Engine) -> BenchResult<u64> {
-    engine.store().checkpoint_wal()?;
+    engine.raw_log()?.checkpoint_wal()?;
     let database = &engine.layout().database;
     let mut wal = database.clone().into_os_string();
     wal.push("-wal");
@@ -117,7 +118,7 @@ struct Mark {
 }
 
 fn mark(engine: &Engine) -> BenchResult<Mark> {
-    let totals = engine.store().blob_totals()?;
+    let totals = engine.blob_totals()?;
     Ok(Mark {
         database: database_bytes(engine)?,
         stored: totals.stored_bytes,
@@ -137,7 +138,7 @@ fn growth(engine: &Engine, since: &Mark) -> BenchResult<Growth> {
 /// Restores `session` as it is now into fresh directories; the median
 /// time and the files and bytes of one restore.
 fn time_restore(engine: &Engine, session: SessionId) -> BenchResult<(Duration, u64, u64)> {
-    let head = engine.store().head()?.position;
+    let head = engine.head()?.position;
     let scratch = tempfile::tempdir()?;
     let mut samples = Vec::new();
     let (mut files, mut bytes) = (0, 0);

@@ -23,6 +23,7 @@ use sandlog_core::event::{Event, FileWritten, SessionCreated, WrittenBy};
 use sandlog_core::{Hash, ManualClock, NewEvent, PrunePolicy, SessionId, Timestamp, WorkspacePath};
 use sandlog_eventstore::{Durability, ExpectedVersion};
 use sandlog_runtime::{Engine, EngineOptions, ReconcileOptions};
+use sandlog_tests::engine::RawLog;
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -96,7 +97,7 @@ fn populate(
             ),
         ];
         engine
-            .store()
+            .raw_log()?
             .append(session_id.stream(), ExpectedVersion::NoStream, &events)?;
     }
     clock.set(start.saturating_add(61 * DAY));

@@ -103,7 +103,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
             },
         };
         if done {
-            let head = engine.store().head()?;
+            let head = engine.head()?;
             writeln!(stdout, "ack {} {}", head.position.0, head.hash)?;
             stdout.flush()?;
         }

@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
             engine.execute(id, &request).is_ok()
         };
         if done {
-            let head = engine.store().head()?;
+            let head = engine.head()?;
             writeln!(stdout, "ack {}", head.position.0)?;
             stdout.flush()?;
         }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use sandlog_core::{SessionId, StreamId, WorkspacePath};
 use sandlog_eventstore::LogFilter;
 use sandlog_runtime::{Engine, FaultInjector};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::{TestRoot, options};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -44,7 +45,7 @@ fn a_delete_finished_by_the_applier_names_its_intent_and_keeps_the_correlation()
     let mut correlated = options(&root.clock);
     correlated.correlation_id = Some(task);
     root.engine = Engine::open(root.path(), correlated)?;
-    let events = root.engine.store().read_stream(StreamId::Session(id))?;
+    let events = root.engine.stream_events(StreamId::Session(id))?;
     let kinds: Vec<&str> = events.iter().map(|event| event.kind.as_str()).collect();
     assert_eq!(
         kinds,
@@ -68,7 +69,7 @@ fn a_delete_finished_by_the_applier_names_its_intent_and_keeps_the_correlation()
     // The log finds the task's events, and only them.
     let found = root
         .engine
-        .store()
+        .raw_log()?
         .query(LogFilter {
             correlation: Some(task),
             ..LogFilter::default()
@@ -86,7 +87,7 @@ fn a_fork_names_its_creation_and_each_copied_file_the_fork() -> TestResult {
         root.engine
             .write_file(id, &WorkspacePath::parse(name)?, name.as_bytes(), false)?;
     }
-    let head = root.engine.store().head()?.position;
+    let head = root.engine.head()?.position;
     let fork = root.engine.fork(
         id,
         sandlog_projections::replay::Cut::Position(head),
@@ -94,8 +95,7 @@ fn a_fork_names_its_creation_and_each_copied_file_the_fork() -> TestResult {
     )?;
     let events = root
         .engine
-        .store()
-        .read_stream(StreamId::Session(fork.session_id))?;
+        .stream_events(StreamId::Session(fork.session_id))?;
     let kinds: Vec<&str> = events.iter().map(|event| event.kind.as_str()).collect();
     assert_eq!(
         kinds,

@@ -23,6 +23,7 @@ use std::time::Duration;
 use sandlog_core::{Hash, Position};
 use sandlog_projections::SessionStatus;
 use sandlog_runtime::{Engine, ReconcileOptions};
+use sandlog_tests::engine::RawLog;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -233,7 +234,7 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
     let engine = Engine::open(root, options)
         .map_err(|error| format!("seed {seed}: reopen failed: {error}"))?;
     let report = engine
-        .store()
+        .raw_log()?
         .verify()
         .map_err(|error| format!("seed {seed}: verify failed: {error}"))?;
     for (position, hash) in acknowledged {
@@ -247,7 +248,7 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
             );
             continue;
         }
-        let envelope = engine.store().get(Position(*position))?.ok_or_else(|| {
+        let envelope = engine.raw_log()?.get(Position(*position))?.ok_or_else(|| {
             format!(
                 "seed {seed}: acknowledged position {position} is missing (head {})",
                 report.head
@@ -273,7 +274,7 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
     );
     for orphan in &reconcile.orphans {
         let id = sandlog_core::SessionId::parse(orphan)?;
-        let known = engine.store().stream_version(id.stream())?;
+        let known = engine.raw_log()?.stream_version(id.stream())?;
         assert!(
             known.is_none(),
             "seed {seed}: quarantine was needed for {orphan}, which the log knows"

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use sandlog_core::{Outcome, StreamId, WorkspacePath};
 use sandlog_runtime::{ExecRequest, LimitOverrides, RuntimeError};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -28,8 +29,7 @@ fn create_session_makes_directory_event_and_equal_timestamps() -> TestResult {
     assert!(root.engine.layout().workspace(session.session_id).is_dir());
     let events = root
         .engine
-        .store()
-        .read_stream(StreamId::Session(session.session_id))?;
+        .stream_events(StreamId::Session(session.session_id))?;
     assert_eq!(
         events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
         vec!["session.created"]
@@ -114,7 +114,7 @@ fn files_persist_across_executions_and_guest_writes_are_events() -> TestResult {
         .engine
         .execute(id, &ExecRequest::python("print(open('d/x.txt').read())"))?;
     assert_eq!(second.stdout, b"hello\n");
-    let events = root.engine.store().read_stream(StreamId::Session(id))?;
+    let events = root.engine.stream_events(StreamId::Session(id))?;
     let executed = events
         .iter()
         .find(|e| e.kind == "session.executed")
@@ -330,7 +330,7 @@ fn host_file_operations_record_size_and_hash() -> TestResult {
     ));
     // The blob of the first write is kept for replay.
     assert_eq!(
-        root.engine.store().get_blob(&written.blake3)?,
+        root.engine.raw_log()?.get_blob(&written.blake3)?,
         Some(b"print(42)\n".to_vec())
     );
     Ok(())
@@ -404,7 +404,7 @@ fn different_sessions_execute_concurrently() -> TestResult {
             id.to_string().into_bytes()
         );
     }
-    root.engine.store().verify()?;
+    root.engine.raw_log()?.verify()?;
     Ok(())
 }
 

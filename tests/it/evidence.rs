@@ -33,6 +33,7 @@ use sandlog_core::{Event, Hash, Position, PrunePolicy, SessionId, WorkspacePath}
 use sandlog_eventstore::BlobState;
 use sandlog_projections::{Cut, replay};
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, RuntimeError};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -84,7 +85,7 @@ fn hash_of_blob(
     hash: &Hash,
 ) -> Result<Hash, Box<dyn std::error::Error + Send + Sync>> {
     let mut hasher = blake3::Hasher::new();
-    match engine.store().read_blob(hash, &mut hasher)? {
+    match engine.raw_log()?.read_blob(hash, &mut hasher)? {
         BlobState::Kept { .. } => Ok(Hash(*hasher.finalize().as_bytes())),
         state => Err(format!("blob {hash} is {state:?}, not kept").into()),
     }
@@ -293,7 +294,7 @@ fn check_restores(root: &TestRoot, id: SessionId, boundaries: &BTreeMap<u64, Mod
         .collect();
     for position in positions {
         let cut = Cut::Position(Position(position));
-        let projected = replay::session_at(engine.store(), id, cut)?
+        let projected = replay::session_at(&engine.raw_log()?, id, cut)?
             .ok_or("the session is missing from the projection")?;
         let past = engine.session_as_of(id, cut)?;
         assert_eq!(past.state.files, projected.files, "at {position}");
@@ -461,7 +462,7 @@ fn named_blobs(
     engine: &Engine,
 ) -> Result<BTreeSet<Hash>, Box<dyn std::error::Error + Send + Sync>> {
     let mut named = BTreeSet::new();
-    for envelope in engine.store().read_all_after(Position::ZERO) {
+    for envelope in engine.raw_log()?.read_all_after(Position::ZERO) {
         match envelope?.event()? {
             Some(Event::SessionExecuted(executed)) => {
                 named.insert(executed.code_blake3);
@@ -598,7 +599,7 @@ fn check_evidence_root(
     let named = named_blobs(&engine)?;
     for hash in &named {
         assert!(
-            matches!(engine.store().blob_state(hash)?, BlobState::Kept { .. }),
+            matches!(engine.blob_state(hash)?, BlobState::Kept { .. }),
             "seed {seed}: blob {hash} is named by an event but not kept"
         );
         assert_eq!(
@@ -609,12 +610,12 @@ fn check_evidence_root(
     }
     // A blob stored alone (no event names it) is what gc must remove.
     let orphan = engine
-        .store()
+        .raw_log()?
         .put_blob(format!("stored alone in round {seed}").as_bytes())?;
     let gc = engine.gc(None)?;
     assert!(gc.blobs_removed >= 1, "seed {seed}: gc removed nothing");
-    assert_eq!(engine.store().blob_state(&orphan)?, BlobState::Missing);
-    for (hash, kept) in engine.store().blob_hashes()? {
+    assert_eq!(engine.blob_state(&orphan)?, BlobState::Missing);
+    for (hash, kept) in engine.raw_log()?.blob_hashes()? {
         assert!(
             named.contains(&hash),
             "seed {seed}: blob {hash} survived gc but no event names it"
@@ -626,7 +627,7 @@ fn check_evidence_root(
     }
     for hash in &named {
         assert!(
-            matches!(engine.store().blob_state(hash)?, BlobState::Kept { .. }),
+            matches!(engine.blob_state(hash)?, BlobState::Kept { .. }),
             "seed {seed}: gc removed blob {hash}, which an event names"
         );
     }
@@ -718,8 +719,8 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
     )?;
     assert_eq!(run.files_written, vec![path("guest.bin")]);
     engine.hold(b, "litigation 42")?;
-    let head = engine.store().head()?.position;
-    let events_before = engine.store().head()?;
+    let head = engine.head()?.position;
+    let events_before = engine.head()?;
 
     for marker in [&host_marker, &guest_marker, &shared_marker, &small_marker] {
         assert!(
@@ -759,9 +760,12 @@ fn erase_removes_the_bytes_from_the_files_and_keeps_what_a_hold_shares() -> Test
 
     // Every event and hash stays, one event records the erasure, and the
     // chain and read models verify.
-    let after = engine.store().head()?;
+    let after = engine.head()?;
     assert_eq!(after.position.0, events_before.position.0 + 1);
-    let last = engine.store().get(after.position)?.ok_or("no head event")?;
+    let last = engine
+        .raw_log()?
+        .get(after.position)?
+        .ok_or("no head event")?;
     match last.event()? {
         Some(Event::EvidenceErased(erased)) => {
             assert_eq!(erased.reason, "test");
@@ -868,7 +872,7 @@ fn fork_at_a_past_position_has_the_files_of_then_and_is_independent() -> TestRes
         ),
     )?;
     assert_eq!(run.files_written.len(), 2);
-    let then = engine.store().head()?.position;
+    let then = engine.head()?.position;
     let past = engine.session_as_of(origin, Cut::Position(then))?;
     let files_then: BTreeMap<String, Vec<u8>> = read_tree(&engine.layout().workspace(origin))?;
 

@@ -34,11 +34,7 @@ fn workspace_entries(root: &TestRoot) -> usize {
 }
 
 fn log_length(root: &TestRoot) -> u64 {
-    root.engine
-        .store()
-        .head()
-        .map(|head| head.position.0)
-        .unwrap_or(0)
+    root.engine.head().map(|head| head.position.0).unwrap_or(0)
 }
 
 #[test]
@@ -69,7 +65,7 @@ fn context_files_are_written_and_recorded_with_the_creation() -> TestResult {
 
     // One append: the creation, then each file caused by it, by the host
     // and the creating actor.
-    let events = root.engine.store().read_stream(StreamId::Session(id))?;
+    let events = root.engine.stream_events(StreamId::Session(id))?;
     assert_eq!(events.len(), 3);
     let creation = &events[0];
     assert_eq!(creation.kind, "session.created");

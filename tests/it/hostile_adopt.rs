@@ -15,6 +15,7 @@ use sandlog_core::event::{Event, RefusedEntry};
 use sandlog_core::{Clock, SessionId, StreamId, WorkspacePath};
 use sandlog_runtime::adopt::{ADOPT_DEPTH_MAX, Neutralised};
 use sandlog_runtime::{Engine, ExecRequest};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -157,7 +158,7 @@ fn adopt_refuses_special_files_and_escaping_links_and_copies_hard_links() -> Tes
     );
 
     // The event records the same, and the files are exactly the regular ones.
-    let envelopes = root.engine.store().read_stream(StreamId::Session(id))?;
+    let envelopes = root.engine.stream_events(StreamId::Session(id))?;
     let first = envelopes.first().ok_or("no events")?;
     let Some(Event::SessionAdopted(mut adopted)) =
         Event::decode(&first.kind, first.schema, &first.payload)?
@@ -262,7 +263,7 @@ fn adopt_leaves_a_workspace_past_the_depth_limit_in_place() -> TestResult {
     assert!(!root.engine.layout().workspace(deep).exists());
     assert_eq!(
         root.engine
-            .store()
+            .raw_log()?
             .stream_version(StreamId::Session(deep))?,
         None
     );
@@ -367,8 +368,7 @@ fn adopting_many_workspaces_at_once_gives_each_its_own_fate() -> TestResult {
     {
         let kinds: Vec<String> = root
             .engine
-            .store()
-            .read_stream(StreamId::Session(*id))?
+            .stream_events(StreamId::Session(*id))?
             .into_iter()
             .map(|envelope| envelope.kind)
             .collect();

@@ -6,6 +6,7 @@ use std::path::Path;
 use sandlog_core::{Position, StreamId};
 use sandlog_runtime::anchor::{self, ANCHOR_FILE, ROOT_INITIALIZED_KIND};
 use sandlog_runtime::{Engine, ExecRequest, RuntimeError};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::{TestRoot, options};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -65,7 +66,7 @@ fn open_on_a_missing_or_foreign_directory_creates_nothing() -> TestResult {
 #[test]
 fn first_open_appends_the_genesis_event_and_completes_the_anchor() -> TestResult {
     let root = TestRoot::new()?;
-    let first = root.engine.store().get(Position(1))?.expect("genesis");
+    let first = root.engine.raw_log()?.get(Position(1))?.expect("genesis");
     assert_eq!(first.kind, ROOT_INITIALIZED_KIND);
     assert_eq!(first.stream, StreamId::System);
     assert_eq!(first.recorded_at, sandlog_core::Clock::now(&root.clock));
@@ -130,7 +131,12 @@ fn a_lost_database_fails_open_until_restored_or_reset() -> TestResult {
 #[test]
 fn a_root_without_an_anchor_is_upgraded_from_its_database() -> TestResult {
     let mut root = TestRoot::new()?;
-    let genesis = root.engine.store().get(Position(1))?.expect("genesis").hash;
+    let genesis = root
+        .engine
+        .raw_log()?
+        .get(Position(1))?
+        .expect("genesis")
+        .hash;
     std::fs::remove_file(root.path().join(ANCHOR_FILE))?;
     root.reopen()?;
     let anchor = anchor::read(root.path())?.expect("anchor rewritten");

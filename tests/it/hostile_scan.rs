@@ -37,8 +37,7 @@ fn root_with(limits: ExecLimits) -> Result<TestRoot, Box<dyn std::error::Error +
 fn last_scan(root: &TestRoot, session_id: SessionId) -> Result<ExecutionScan, String> {
     let events = root
         .engine
-        .store()
-        .read_stream(StreamId::Session(session_id))
+        .stream_events(StreamId::Session(session_id))
         .map_err(|error| error.to_string())?;
     events
         .iter()
@@ -319,8 +318,7 @@ fn deep_reconcile_splits_a_large_drift_over_several_events() -> TestResult {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let drift_events: Vec<_> = root
         .engine
-        .store()
-        .read_stream(StreamId::Session(id))?
+        .stream_events(StreamId::Session(id))?
         .into_iter()
         .filter_map(|envelope| match envelope.event() {
             Ok(Some(Event::WorkspaceDriftDetected(detected))) => Some(detected),

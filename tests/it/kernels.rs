@@ -32,8 +32,7 @@ fn run(pool: &KernelPool, root: &TestRoot, id: SessionId, code: &str) -> WarmExe
 /// The `warm` field of each `session.executed` of the session, in order.
 fn warm_flags(root: &TestRoot, id: SessionId) -> Vec<Option<bool>> {
     root.engine
-        .store()
-        .read_stream(StreamId::Session(id))
+        .stream_events(StreamId::Session(id))
         .unwrap()
         .iter()
         .filter_map(|envelope| match envelope.event() {
@@ -45,8 +44,7 @@ fn warm_flags(root: &TestRoot, id: SessionId) -> Vec<Option<bool>> {
 
 fn kernel_events(root: &TestRoot, id: SessionId) -> Vec<(String, String)> {
     root.engine
-        .store()
-        .read_stream(StreamId::Session(id))
+        .stream_events(StreamId::Session(id))
         .unwrap()
         .iter()
         .filter_map(|envelope| match envelope.event() {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sandlog_core::{PrunePolicy, SessionId, StreamId, WorkspacePath};
 use sandlog_projections::SessionStatus;
 use sandlog_runtime::{ExecRequest, FaultInjector, ReconcileOptions, RuntimeError};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -80,13 +81,13 @@ fn dry_run_lists_what_a_real_run_deletes_and_changes_nothing() -> TestResult {
     let old = session_with_file(&root, 300)?;
     root.clock.advance(30 * HOUR);
     let _recent = session_with_file(&root, 300)?;
-    let head_before = root.engine.store().head()?;
+    let head_before = root.engine.head()?;
     let dry = root
         .engine
         .prune(&PrunePolicy::older_than(24 * HOUR), true, NO_PROGRESS)?;
     assert!(dry.dry_run);
     assert_eq!(dry.deleted_sessions, vec![old]);
-    assert_eq!(root.engine.store().head()?, head_before);
+    assert_eq!(root.engine.head()?, head_before);
     assert!(root.engine.layout().workspace(old).exists());
     assert!(dry.summary().ends_with("(dry run)"));
     let real = root
@@ -284,7 +285,7 @@ fn prune_skips_session_used_during_run() -> TestResult {
     // going through a second engine on the same root (another process).
     let policy = PrunePolicy::older_than(24 * HOUR);
     let plan = sandlog_projections::query::prune_candidates(
-        root.engine.store(),
+        &root.engine.raw_log()?,
         &policy,
         sandlog_core::Clock::now(&root.clock),
     )?;
@@ -305,7 +306,7 @@ fn prune_skips_session_used_during_run() -> TestResult {
     );
     let error = root
         .engine
-        .store()
+        .raw_log()?
         .append(
             StreamId::Session(id),
             sandlog_eventstore::ExpectedVersion::Exact(stale),
@@ -339,7 +340,7 @@ fn positions_of(root: &TestRoot, kind: &str) -> Result<Vec<u64>, RuntimeError> {
         ..Default::default()
     };
     root.engine
-        .store()
+        .raw_log()?
         .query(filter)
         .map(|envelope| envelope.map(|envelope| envelope.position.0))
         .collect::<Result<_, _>>()
@@ -405,7 +406,7 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
     let stream_at = |position: u64| -> Result<_, RuntimeError> {
         Ok(root
             .engine
-            .store()
+            .raw_log()?
             .get(sandlog_core::Position(position))?
             .map(|envelope| envelope.stream))
     };
@@ -601,7 +602,7 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
         "api:test",
     );
     let version = root.engine.session(pending)?.version;
-    root.engine.store().append(
+    root.engine.raw_log()?.append(
         StreamId::Session(pending),
         sandlog_eventstore::ExpectedVersion::Exact(version),
         &[intent],
@@ -641,7 +642,7 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
 
     let again = root.engine.reconcile(&reconcile_now(), NO_PROGRESS)?;
     assert!(again.actions.is_empty(), "{:?}", again.actions);
-    let stats = sandlog_projections::query::stats(root.engine.store())?;
+    let stats = sandlog_projections::query::stats(&root.engine.raw_log()?)?;
     assert_eq!(stats.cleanup.orphans_quarantined, 1);
     assert_eq!(stats.cleanup.reconcile_runs, 1);
     assert_eq!(

@@ -17,6 +17,7 @@ use sandlog_runtime::sandbox::ReadonlyMount;
 use sandlog_runtime::{
     Engine, NativeOptions, NewSession, ReconcileOptions, RuntimeError, SyncReport,
 };
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -39,7 +40,7 @@ fn sh(script: &str, args: &[OsString]) -> Vec<OsString> {
 }
 
 fn events(engine: &Engine, session_id: SessionId) -> Result<Vec<Envelope>, RuntimeError> {
-    Ok(engine.store().read_stream(StreamId::Session(session_id))?)
+    engine.stream_events(StreamId::Session(session_id))
 }
 
 fn decoded(envelope: &Envelope) -> Event {
@@ -167,11 +168,11 @@ fn a_native_script_is_recorded_with_its_files_output_and_actor() -> TestResult {
     assert_eq!(record.stdout_bytes, run.stdout.len() as u64);
     // The output was kept as evidence.
     assert_eq!(
-        engine.store().get_blob(&record.stdout_blake3)?,
+        engine.raw_log()?.get_blob(&record.stdout_blake3)?,
         Some(run.stdout.clone())
     );
     assert_eq!(
-        engine.store().get_blob(&record.stderr_blake3)?,
+        engine.raw_log()?.get_blob(&record.stderr_blake3)?,
         Some(b"oops\n".to_vec())
     );
     assert_eq!(

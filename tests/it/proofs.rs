@@ -11,6 +11,7 @@ use sandlog_runtime::proofs::{
     generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
 };
 use sandlog_runtime::{ExecRequest, RuntimeError};
+use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -159,7 +160,7 @@ fn the_log_must_extend_an_earlier_checkpoint() -> TestResult {
     let db = root.path().join("sandlog.db");
     let envelopes = root
         .engine
-        .store()
+        .raw_log()?
         .read_all_after(Position(0))
         .collect::<Result<Vec<_>, _>>()?;
     {
@@ -186,8 +187,8 @@ fn the_log_must_extend_an_earlier_checkpoint() -> TestResult {
         }
     }
     root.reopen()?;
-    root.engine.store().rebuild_merkle()?;
-    root.engine.store().verify()?;
+    root.engine.rebuild_merkle()?;
+    root.engine.raw_log()?.verify()?;
     let error = root
         .engine
         .verify_checkpoint(&signed.note, &key.verifier())
@@ -263,10 +264,10 @@ fn root_settings_sign_checkpoints_every_n_events_and_on_prune() -> TestResult {
     }
     let stored = root
         .engine
-        .store()
+        .raw_log()?
         .latest_checkpoint()?
         .ok_or("no checkpoint")?;
-    let (head, _) = root.engine.store().merkle_head()?;
+    let (head, _) = root.engine.raw_log()?.merkle_head()?;
     assert!(
         head - stored.size < 3,
         "head {head}, checkpoint {}",
@@ -280,16 +281,16 @@ fn root_settings_sign_checkpoints_every_n_events_and_on_prune() -> TestResult {
 
     root.engine.configure("checkpoint.every", None)?;
     root.engine.configure("checkpoint.on_prune", Some("true"))?;
-    let before = root.engine.store().latest_checkpoint()?.map(|c| c.size);
+    let before = root.engine.raw_log()?.latest_checkpoint()?.map(|c| c.size);
     let policy = sandlog_core::PrunePolicy::older_than(std::time::Duration::from_secs(3600));
     root.engine.prune(&policy, false, &|_, _| {})?;
     let after = root
         .engine
-        .store()
+        .raw_log()?
         .latest_checkpoint()?
         .ok_or("no checkpoint")?;
     assert_ne!(Some(after.size), before);
-    assert_eq!(after.size, root.engine.store().merkle_head()?.0);
+    assert_eq!(after.size, root.engine.raw_log()?.merkle_head()?.0);
 
     for (key, value) in [
         ("checkpoint.every", "0"),
@@ -322,7 +323,7 @@ fn verify_names_a_blob_that_events_say_was_stored_but_is_gone() -> TestResult {
     assert_eq!(run.stdout, b"kept output 5a1f\n");
     assert!(root.engine.verify(None, &|_| {})?.ok);
     let stdout_hash = sandlog_core::Hash::of(b"kept output 5a1f\n");
-    assert!(root.engine.store().has_blob(&stdout_hash)?);
+    assert!(root.engine.raw_log()?.has_blob(&stdout_hash)?);
 
     let tamperer = rusqlite::Connection::open(&root.engine.layout().database)?;
     tamperer.execute(

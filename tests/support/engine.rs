@@ -5,7 +5,30 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandlog_core::{ManualClock, SessionId, StreamId, Timestamp};
+use sandlog_eventstore::{EventStore, OpenOptions};
+use sandlog_projections::ProjectionError;
 use sandlog_runtime::{Engine, EngineOptions};
+
+/// The log of an engine's root opened beside the engine, as another
+/// process would open it: a second connection to the same file, on the
+/// engine's clock, with the read models kept in step. Tests read the raw log
+/// and inject events through it; the engine keeps its own store to itself.
+/// (Appends through it are safe beside the engine's: positions and the
+/// Merkle tree are taken from the file in each transaction.)
+pub trait RawLog {
+    /// Opens the root's log.
+    fn raw_log(&self) -> Result<EventStore, ProjectionError>;
+}
+
+impl RawLog for Engine {
+    fn raw_log(&self) -> Result<EventStore, ProjectionError> {
+        let mut options = OpenOptions::default().clock(self.clock().clone());
+        options.create = false;
+        let mut store = EventStore::open(&self.layout().database, options)?;
+        sandlog_projections::install(&mut store)?;
+        Ok(store)
+    }
+}
 
 /// Where `python.wasm` and `quickjs.wasm` are: `$SANDLOG_RUNTIMES_DIR`, else
 /// `<repo>/.runtimes`. Panics (failing the test, never skipping it) with the
@@ -84,7 +107,7 @@ impl TestRoot {
     pub fn stream_kinds(&self, session_id: SessionId) -> Result<Vec<String>, FixtureError> {
         Ok(self
             .engine
-            .store()
+            .raw_log()?
             .read_stream(StreamId::Session(session_id))?
             .into_iter()
             .map(|envelope| envelope.kind)
