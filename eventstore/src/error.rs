@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use sandlog_core::{ErrorClass, EventId, Hash, Position, StreamId, StreamVersion};
 
-use crate::append::ExpectedVersion;
+use crate::types::ExpectedVersion;
 
 /// What a chain check found wrong at a position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -41,11 +41,12 @@ pub mod merkle;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod read;
+pub mod rows;
 pub mod sqlite;
 pub mod subscribe;
+pub mod types;
 pub mod write;
 
-pub use append::{ExpectedVersion, Head};
 pub use backend::Backend;
 pub use blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 pub use chain::{Digest, VerifyReport};
@@ -57,4 +58,5 @@ pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions
 pub use subscribe::{
     CONSUMER_NAME_BYTES_MAX, SUBSCRIBE_POLL, SubscribeFrom, Subscription, check_consumer_name,
 };
+pub use types::{ExpectedVersion, Head};
 pub use write::Write;
