@@ -127,7 +127,7 @@ impl PgEventStore {
         loop {
             match self.append_once(batch) {
                 Err(EventStoreError::Postgres(error))
-                    if super::is_retryable(&error) && attempt < APPEND_ATTEMPTS_MAX =>
+                    if super::classify::is_retryable(&error) && attempt < APPEND_ATTEMPTS_MAX =>
                 {
                     tracing::debug!(%error, attempt, "append lost a race; retrying");
                     self.frontier.clear();
