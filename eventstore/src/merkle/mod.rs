@@ -301,7 +301,7 @@ pub struct StoredCheckpoint {
     pub recorded_at: sandlog_core::Timestamp,
 }
 
-/// What [`EventStore::verify_merkle`] found.
+/// What [`EventStore::verify_merkle`](crate::EventStore::verify_merkle) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MerkleReport {
     /// Leaves (events) covered.

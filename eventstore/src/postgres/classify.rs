@@ -40,7 +40,7 @@ pub(crate) fn is_retryable(error: &postgres::Error) -> bool {
             })
 }
 
-/// [`EventStoreError::class`] of a PostgreSQL error: a lost race is a
+/// [`EventStoreError::class`](crate::EventStoreError::class) of a PostgreSQL error: a lost race is a
 /// conflict to retry; anything else is the database failing.
 pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
     if is_retryable(error) {
@@ -50,7 +50,7 @@ pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
     }
 }
 
-/// [`EventStoreError::kind`] of a PostgreSQL error.
+/// [`EventStoreError::kind`](crate::EventStoreError::kind) of a PostgreSQL error.
 pub(crate) fn error_kind(error: &postgres::Error) -> &'static str {
     match error.code() {
         Some(code) if *code == SqlState::DISK_FULL => "disk_full",
