@@ -3,51 +3,17 @@
 //! idempotent retries by event id.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::atomic::Ordering;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Transaction, params};
 use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::limits::{ACTOR_BYTES_MAX, BATCH_EVENTS_MAX, KIND_BYTES_MAX, PAYLOAD_BYTES_MAX};
-use sandlog_core::{
-    Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp, chain_hash,
-};
+use sandlog_core::{Envelope, NewEvent, Position, StreamId, StreamVersion, Timestamp, chain_hash};
 
 use crate::error::{EventStoreError, Result};
-use crate::read::envelope_from_row;
+use crate::rows::{envelope_from_row, read_head, read_stream_version};
 use crate::sqlite::EventStore;
-
-/// What the caller believes about a stream's version before appending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpectedVersion {
-    /// Append whatever the version.
-    Any,
-    /// The stream must not exist yet (creating a session).
-    NoStream,
-    /// The stream must exist and be exactly at this version.
-    Exact(StreamVersion),
-}
-
-impl fmt::Display for ExpectedVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExpectedVersion::Any => f.write_str("any version"),
-            ExpectedVersion::NoStream => f.write_str("no stream"),
-            ExpectedVersion::Exact(version) => write!(f, "version {version}"),
-        }
-    }
-}
-
-/// The last event of the log: where the next append goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
-    /// Position of the last event ([`Position::ZERO`] when empty).
-    pub position: Position,
-    /// Its hash ([`Hash::GENESIS`] when empty).
-    pub hash: Hash,
-    /// When it was recorded (none when empty).
-    pub recorded_at: Option<Timestamp>,
-}
+pub use crate::types::{ExpectedVersion, Head};
 
 /// Checks one stream's events against the limits before any storage work.
 pub(crate) fn validate_batch(events: &[NewEvent]) -> Result<()> {
@@ -84,51 +50,6 @@ pub(crate) fn validate_batch(events: &[NewEvent]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
-    let mut statement = transaction.prepare_cached(
-        "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",
-    )?;
-    let head = statement
-        .query_row([], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, Vec<u8>>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        })
-        .optional()?;
-    match head {
-        None => Ok(Head {
-            position: Position::ZERO,
-            hash: Hash::GENESIS,
-            recorded_at: None,
-        }),
-        Some((position, hash, recorded_at)) => {
-            let position = Position(u64::try_from(position).unwrap_or(0));
-            let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
-                position,
-                reason: "hash is not 32 bytes".into(),
-            })?;
-            Ok(Head {
-                position,
-                hash,
-                recorded_at: Some(Timestamp::from_unix_micros(recorded_at)),
-            })
-        }
-    }
-}
-
-pub(crate) fn read_stream_version(
-    connection: &rusqlite::Connection,
-    stream: &str,
-) -> Result<Option<StreamVersion>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT version FROM events WHERE stream = ?1 ORDER BY version DESC LIMIT 1",
-    )?;
-    let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional()?;
-    Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
 }
 
 fn to_i64(value: u64, what: &str) -> Result<i64> {

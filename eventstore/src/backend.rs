@@ -9,11 +9,11 @@
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
 
-use crate::append::{ExpectedVersion, Head};
 use crate::chain::{Digest, VerifyReport};
 use crate::error::Result;
 use crate::read::LogFilter;
 use crate::sqlite::EventStore;
+use crate::types::{ExpectedVersion, Head};
 
 /// The storage contract of the log.
 ///

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use sandlog_core::{ErrorClass, EventId, Hash, Position, StreamId, StreamVersion};
 
-use crate::append::ExpectedVersion;
+use crate::types::ExpectedVersion;
 
 /// What a chain check found wrong at a position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -252,7 +252,7 @@ impl EventStoreError {
             Self::Sqlite(error) if is_busy(error) => "busy",
             Self::Sqlite(_) => "database",
             #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::error_kind(error),
+            Self::Postgres(error) => crate::postgres::classify::error_kind(error),
             Self::Io { .. } => "io",
             Self::MerkleDamaged { .. } => "integrity",
             Self::Merkle(_) => "invalid",
@@ -283,7 +283,7 @@ impl EventStoreError {
             Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
             #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::error_class(error),
+            Self::Postgres(error) => crate::postgres::classify::error_class(error),
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
         }
     }
@@ -296,7 +296,7 @@ impl EventStoreError {
         match self {
             Self::Sqlite(error) => is_busy(error),
             #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::is_retryable(error),
+            Self::Postgres(error) => crate::postgres::classify::is_retryable(error),
             _ => false,
         }
     }

@@ -263,8 +263,8 @@ mod sqlite_side {
     use sandlog_core::Envelope;
 
     use super::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
-    use crate::append::read_head;
     use crate::error::{ChainProblem, EventStoreError, Result};
+    use crate::rows::read_head;
     use crate::sqlite::EventStore;
 
     fn to_i64(value: u64, what: &str) -> Result<i64> {

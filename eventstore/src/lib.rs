@@ -11,10 +11,18 @@
 //!
 //! # Layout
 //!
+//! Files import downwards only: [`types`] and [`error`] at the bottom,
+//! [`rows`] on them, [`merkle`]'s storage below [`sqlite`], and each
+//! concern's `impl EventStore` above [`sqlite`].
+//!
+//! * [`types`]: [`ExpectedVersion`] and [`Head`], shared by the modules
+//!   below and above [`sqlite`].
+//! * [`rows`]: decoding an `events` row ([`rows::envelope_from_row`]) and
+//!   the small reads of the head and of a stream's version.
 //! * [`sqlite`]: opening the file, schema and migrations, durability, the
 //!   [`AppendHook`] that lets read models commit with the events.
 //! * [`append`]: [`EventStore::append`], [`EventStore::append_batch`]
-//!   (several streams in one transaction) and [`ExpectedVersion`].
+//!   (several streams in one transaction).
 //! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
 //! * [`write`]: [`EventStore::write`], the unit of work: appends to any
@@ -23,8 +31,9 @@
 //!   (at least once, in position order, then following other processes'
 //!   appends) and consumers' stored checkpoints.
 //! * [`blobs`]: content-addressed, compressed, chunked, erasable blobs.
-//! * [`merkle`]: the RFC 6962 tree stored with the events; roots and
-//!   inclusion and consistency proofs.
+//! * [`merkle`]: the RFC 6962 tree stored with the events (`merkle/mod.rs`:
+//!   storage, the frontier cache, folding events; `merkle/store.rs`: the
+//!   [`EventStore`] methods for roots and inclusion and consistency proofs).
 //! * [`backend`]: the [`Backend`] trait both backends implement.
 //! * [`import`]: [`copy_log`], a verbatim, checked copy of a whole log
 //!   between stores (SQLite and PostgreSQL, either way).
@@ -41,11 +50,12 @@ pub mod merkle;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod read;
+pub mod rows;
 pub mod sqlite;
 pub mod subscribe;
+pub mod types;
 pub mod write;
 
-pub use append::{ExpectedVersion, Head};
 pub use backend::Backend;
 pub use blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 pub use chain::{Digest, VerifyReport};
@@ -57,4 +67,5 @@ pub use sqlite::{APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions
 pub use subscribe::{
     CONSUMER_NAME_BYTES_MAX, SUBSCRIBE_POLL, SubscribeFrom, Subscription, check_consumer_name,
 };
+pub use types::{ExpectedVersion, Head};
 pub use write::Write;

@@ -2,115 +2,19 @@
 //! memory stays constant however long the log), and by filter (kind, time
 //! range, position range, correlation id).
 
-use rusqlite::Row;
-use rusqlite::types::ValueRef;
-use sandlog_core::{Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp};
+use sandlog_core::{Envelope, Position, StreamId, StreamVersion, Timestamp};
 use uuid::Uuid;
 
-use crate::append::{Head, read_head, read_stream_version};
-use crate::error::{EventStoreError, Result};
+use crate::error::Result;
+pub use crate::rows::{ENVELOPE_COLUMNS, envelope_from_row};
+use crate::rows::{read_head, read_stream_version};
 use crate::sqlite::EventStore;
+use crate::types::Head;
 
 /// Events fetched per page when streaming the log. Big enough that the
 /// per-query overhead vanishes against the rows' own cost, small enough that a page
 /// of maximal payloads stays in the tens of MiB.
 pub const PAGE_EVENTS: usize = 2048;
-
-/// The columns of an envelope, in the order [`envelope_from_row`] reads them.
-pub const ENVELOPE_COLUMNS: &str = "position, stream, version, event_id, kind, schema, recorded_at, actor, \
-     correlation_id, causation_id, payload, prev_hash, hash";
-
-fn malformed(position: Position, reason: impl Into<String>) -> EventStoreError {
-    EventStoreError::Corrupt {
-        position,
-        reason: reason.into(),
-    }
-}
-
-fn uuid_column(
-    row: &Row<'_>,
-    index: usize,
-    position: Position,
-    name: &str,
-) -> Result<Option<Uuid>> {
-    match row.get_ref(index)? {
-        ValueRef::Null => Ok(None),
-        ValueRef::Blob(bytes) => Uuid::from_slice(bytes)
-            .map(Some)
-            .map_err(|_| malformed(position, format!("{name} is not 16 bytes"))),
-        _ => Err(malformed(position, format!("{name} is not a blob"))),
-    }
-}
-
-fn hash_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<Hash> {
-    match row.get_ref(index)? {
-        ValueRef::Blob(bytes) => Hash::from_slice(bytes)
-            .ok_or_else(|| malformed(position, format!("{name} is not 32 bytes"))),
-        _ => Err(malformed(position, format!("{name} is not a blob"))),
-    }
-}
-
-fn u64_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<u64> {
-    match row.get_ref(index)? {
-        ValueRef::Integer(value) => {
-            u64::try_from(value).map_err(|_| malformed(position, format!("{name} is negative")))
-        }
-        _ => Err(malformed(position, format!("{name} is not an integer"))),
-    }
-}
-
-fn str_column<'row>(
-    row: &'row Row<'_>,
-    index: usize,
-    position: Position,
-    name: &str,
-) -> Result<&'row str> {
-    match row.get_ref(index)? {
-        ValueRef::Text(bytes) => std::str::from_utf8(bytes)
-            .map_err(|_| malformed(position, format!("{name} is not UTF-8"))),
-        _ => Err(malformed(position, format!("{name} is not text"))),
-    }
-}
-
-fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<String> {
-    str_column(row, index, position, name).map(str::to_owned)
-}
-
-/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`] (read
-/// models catching up inside a write transaction use it too).
-/// A row of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
-pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
-    let position = Position(u64_column(row, 0, Position::ZERO, "position")?);
-    // Parsed in place: the envelope keeps the `StreamId`, not the text.
-    let stream = StreamId::parse(str_column(row, 1, position, "stream")?)
-        .map_err(|error| malformed(position, error.to_string()))?;
-    let event_id = uuid_column(row, 3, position, "event_id")?
-        .ok_or_else(|| malformed(position, "event_id is null"))?;
-    let payload = match row.get_ref(10)? {
-        ValueRef::Blob(bytes) => bytes.to_vec(),
-        _ => return Err(malformed(position, "payload is not a blob")),
-    };
-    let schema = u64_column(row, 5, position, "schema")?;
-    let recorded_at = match row.get_ref(6)? {
-        ValueRef::Integer(micros) => Timestamp::from_unix_micros(micros),
-        _ => return Err(malformed(position, "recorded_at is not an integer")),
-    };
-    Ok(Envelope {
-        position,
-        stream,
-        version: StreamVersion(u64_column(row, 2, position, "version")?),
-        event_id: EventId(event_id),
-        kind: text_column(row, 4, position, "kind")?,
-        schema: u32::try_from(schema).map_err(|_| malformed(position, "schema is out of range"))?,
-        recorded_at,
-        actor: text_column(row, 7, position, "actor")?,
-        correlation_id: uuid_column(row, 8, position, "correlation_id")?,
-        causation_id: uuid_column(row, 9, position, "causation_id")?,
-        payload,
-        prev_hash: hash_column(row, 11, position, "prev_hash")?,
-        hash: hash_column(row, 12, position, "hash")?,
-    })
-}
 
 /// Which events [`EventStore::query`] returns. Every condition is optional;
 /// all given ones must hold.

@@ -258,7 +258,7 @@ impl EventStore {
                 .map_err(|_| corrupt(format!("its position {value} is negative")))?,
             _ => return Err(corrupt("its position is not an integer".to_owned())),
         };
-        let head = crate::append::read_head(&connection)?.position;
+        let head = crate::rows::read_head(&connection)?.position;
         if position > head {
             return Err(corrupt(format!(
                 "its position {position} is past the log's last event ({head}): the log is not \
@@ -280,7 +280,7 @@ impl EventStore {
         check_consumer_name(name)?;
         let now = self.clock.now().unix_micros();
         self.with_write_transaction(|transaction| {
-            let head = crate::append::read_head(transaction)?.position;
+            let head = crate::rows::read_head(transaction)?.position;
             if position > head {
                 return Err(EventStoreError::InvalidConsumer {
                     name: name.to_owned(),

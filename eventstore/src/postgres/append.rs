@@ -9,12 +9,12 @@ use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp};
 
 use crate::append::{
-    ExpectedVersion, Head, batch_recorded_at, chain_batch, check_version, is_same_event,
-    validate_batch, validate_multi,
+    batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
 use crate::blobs::BlobPut;
 use crate::error::{EventStoreError, Result};
 use crate::merkle::nodes_to_store;
+use crate::types::{ExpectedVersion, Head};
 
 use super::read::envelope_from_row_at;
 use super::{APPEND_ATTEMPTS_MAX, PgEventStore, Session, to_i64};
@@ -127,7 +127,7 @@ impl PgEventStore {
         loop {
             match self.append_once(batch) {
                 Err(EventStoreError::Postgres(error))
-                    if super::is_retryable(&error) && attempt < APPEND_ATTEMPTS_MAX =>
+                    if super::classify::is_retryable(&error) && attempt < APPEND_ATTEMPTS_MAX =>
                 {
                     tracing::debug!(%error, attempt, "append lost a race; retrying");
                     self.frontier.clear();

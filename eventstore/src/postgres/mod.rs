@@ -41,6 +41,7 @@
 
 mod append;
 mod blobs;
+pub(crate) mod classify;
 mod import;
 mod read;
 mod schema;
@@ -57,7 +58,7 @@ use sandlog_core::{Clock, SystemClock};
 use crate::error::{EventStoreError, Result};
 
 pub use append::PgWrite;
-pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+pub use schema::{MIGRATION_LOCK_KEY, MIGRATIONS, SCHEMA_VERSION};
 
 /// How appends exclude each other (see the module documentation). Every
 /// process appending to one database should use the same; if they do not,
@@ -76,10 +77,6 @@ pub enum AppendLock {
 /// The advisory lock key appends take ("SnLg" and 1). Advisory locks are
 /// per database, so logs in different databases never wait for each other.
 pub const APPEND_LOCK_KEY: i64 = 0x536E_4C67_0000_0001;
-
-/// The advisory lock key schema migrations take ("SnLg" and 2), so two
-/// processes opening a fresh database at once migrate it once.
-pub const MIGRATION_LOCK_KEY: i64 = 0x536E_4C67_0000_0002;
 
 /// The first key of the two-key advisory locks a blob put takes (the
 /// second is from the blob's hash), so two processes storing the same
@@ -232,51 +229,6 @@ fn is_connection_lost(error: &postgres::Error) -> bool {
     std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
 }
 
-/// Whether the same call may succeed if made again: another transaction
-/// won a race (serialization failure, deadlock, or a unique key of the log
-/// taken by an append that did not hold the same lock; the retry's checks
-/// see that append and answer as the SQLite store would).
-pub(crate) fn is_retryable(error: &postgres::Error) -> bool {
-    let Some(code) = error.code() else {
-        return false;
-    };
-    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
-        return true;
-    }
-    *code == SqlState::UNIQUE_VIOLATION
-        && error
-            .as_db_error()
-            .and_then(|db| db.constraint())
-            .is_some_and(|constraint| {
-                [
-                    schema::EVENTS_POSITION_KEY,
-                    schema::EVENTS_EVENT_ID_KEY,
-                    schema::EVENTS_STREAM_VERSION_KEY,
-                    schema::MERKLE_NODES_KEY,
-                ]
-                .contains(&constraint)
-            })
-}
-
-/// [`EventStoreError::class`] of a PostgreSQL error: a lost race is a
-/// conflict to retry; anything else is the database failing.
-pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
-    if is_retryable(error) {
-        sandlog_core::ErrorClass::Conflict
-    } else {
-        sandlog_core::ErrorClass::Io
-    }
-}
-
-/// [`EventStoreError::kind`] of a PostgreSQL error.
-pub(crate) fn error_kind(error: &postgres::Error) -> &'static str {
-    match error.code() {
-        Some(code) if *code == SqlState::DISK_FULL => "disk_full",
-        _ if is_retryable(error) => "busy",
-        _ => "database",
-    }
-}
-
 impl PgEventStore {
     /// Connects to the database at `url` (a `postgresql://` URL or a
     /// `key=value` connection string; Unix sockets by `host=/dir`) with
@@ -299,7 +251,7 @@ impl PgEventStore {
             .unwrap_or("postgres")
             .to_owned();
         let mut writer = connect_config(&config)?;
-        schema::migrate(&mut writer, &database)?;
+        schema::migrate(&mut writer.client, &database)?;
         let reader = connect_config(&config)?;
         Ok(PgEventStore {
             config,

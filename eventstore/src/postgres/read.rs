@@ -12,15 +12,15 @@ use sandlog_core::{
 };
 use uuid::Uuid;
 
-use crate::append::Head;
 use crate::chain::{Digest, VerifyReport};
 use crate::error::{ChainProblem, EventStoreError, Result};
 use crate::merkle::{STORED_LEVEL_MIN, leaf_span, missing_node, subtree_of_events};
 use crate::read::{LogFilter, PAGE_EVENTS};
+use crate::types::Head;
 
 use super::{PgEventStore, Session, read_session, to_i64};
 
-pub(crate) use crate::read::ENVELOPE_COLUMNS;
+pub(crate) use crate::rows::ENVELOPE_COLUMNS;
 
 /// Rows fetched per round trip by `verify`'s walk: enough that the round
 /// trips vanish against the hashing, few enough that a batch of maximal

@@ -2,7 +2,7 @@
 //!
 //! `sandlog_schema(application, version)` holds one row: the schema
 //! version. [`migrate`] applies the missing scripts of [`MIGRATIONS`] in one
-//! transaction under the advisory lock [`super::MIGRATION_LOCK_KEY`], so two
+//! transaction under the advisory lock [`MIGRATION_LOCK_KEY`], so two
 //! processes connecting to a fresh database at once create it once and
 //! nobody sees half a schema.
 //!
@@ -12,25 +12,19 @@
 
 use std::path::PathBuf;
 
+use postgres::Client;
+
 use crate::error::{EventStoreError, Result};
 
-use super::{Conn, MIGRATION_LOCK_KEY};
+/// The advisory lock key schema migrations take ("SnLg" and 2), so two
+/// processes opening a fresh database at once migrate it once.
+pub const MIGRATION_LOCK_KEY: i64 = 0x536E_4C67_0000_0002;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 2;
 
 /// The application name in `sandlog_schema`.
 const APPLICATION: &str = "sandlog";
-
-/// Name of the primary key on `events.position` (a violation is a race
-/// between appends: retried).
-pub(crate) const EVENTS_POSITION_KEY: &str = "events_pkey";
-/// Name of the unique constraint on `events.event_id`.
-pub(crate) const EVENTS_EVENT_ID_KEY: &str = "events_event_id_key";
-/// Name of the unique constraint on `events(stream, version)`.
-pub(crate) const EVENTS_STREAM_VERSION_KEY: &str = "events_stream_version_key";
-/// Name of the primary key on `merkle_nodes(level, idx)`.
-pub(crate) const MERKLE_NODES_KEY: &str = "merkle_nodes_pkey";
 
 /// One SQL script per schema version; `MIGRATIONS[n]` takes version `n` to
 /// `n + 1`.
@@ -122,8 +116,8 @@ fn foreign(database: &str, reason: &str) -> EventStoreError {
 
 /// Checks the database is sandlog's (or blank) and brings its schema up to
 /// date, in one transaction under the migration lock.
-pub(crate) fn migrate(conn: &mut Conn, database: &str) -> Result<()> {
-    let mut transaction = conn.client.transaction()?;
+pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
+    let mut transaction = client.transaction()?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])?;
     let has_schema_table: bool = transaction
         .query_one(

@@ -35,7 +35,8 @@ use sandlog_core::merkle::{
 use sandlog_core::{Envelope, Hash, Position};
 
 use crate::error::{EventStoreError, Result};
-use crate::sqlite::EventStore;
+
+mod store;
 
 /// The lowest level stored. Proofs recompute the levels below from at most
 /// `2^STORED_LEVEL_MIN` event hashes per stored node they stand in for.
@@ -300,7 +301,7 @@ pub struct StoredCheckpoint {
     pub recorded_at: sandlog_core::Timestamp,
 }
 
-/// What [`EventStore::verify_merkle`] found.
+/// What [`EventStore::verify_merkle`](crate::EventStore::verify_merkle) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MerkleReport {
     /// Leaves (events) covered.
@@ -335,197 +336,4 @@ pub(crate) fn check_consistency_sizes(old: u64, new: u64, head: u64) -> Result<(
         return Err(MerkleError::BadSizes { old, new }.into());
     }
     Ok(())
-}
-
-impl EventStore {
-    fn tree_size(connection: &Connection) -> Result<u64> {
-        let head: i64 =
-            connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
-                row.get(0)
-            })?;
-        Ok(u64::try_from(head).unwrap_or(0))
-    }
-
-    /// The tree's size (the log's length) and root, read in one snapshot.
-    pub fn merkle_head(&self) -> Result<(u64, MerkleHash)> {
-        let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        let size = Self::tree_size(&snapshot)?;
-        let root = merkle::root(
-            &StoredNodes {
-                connection: &snapshot,
-            },
-            size,
-        )?;
-        Ok((size, root))
-    }
-
-    /// The root of the tree of the first `size` events.
-    pub fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
-        let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        let head = Self::tree_size(&snapshot)?;
-        if size > head {
-            return Err(MerkleError::BadSizes {
-                old: size,
-                new: head,
-            }
-            .into());
-        }
-        merkle::root(
-            &StoredNodes {
-                connection: &snapshot,
-            },
-            size,
-        )
-    }
-
-    /// RFC 6962 inclusion proof of the event at `position` in the tree of
-    /// the first `size` events (`position <= size <= head`).
-    pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
-        let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        let index = inclusion_index(position, size, Self::tree_size(&snapshot)?)?;
-        merkle::inclusion_proof(
-            &StoredNodes {
-                connection: &snapshot,
-            },
-            index,
-            size,
-        )
-    }
-
-    /// RFC 6962 consistency proof between the trees of the first `old` and
-    /// `new` events (`old <= new <= head`).
-    pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
-        let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        check_consistency_sizes(old, new, Self::tree_size(&snapshot)?)?;
-        merkle::consistency_proof(
-            &StoredNodes {
-                connection: &snapshot,
-            },
-            old,
-            new,
-        )
-    }
-
-    /// Recomputes the tree from the events and compares every stored node
-    /// with it. A node that differs or is missing is
-    /// [`EventStoreError::MerkleDamaged`]; the events themselves are
-    /// checked by [`EventStore::verify`].
-    pub fn verify_merkle(&self) -> Result<MerkleReport> {
-        let connection = self.open_read_only_connection()?;
-        let snapshot = connection.unchecked_transaction()?;
-        let size = Self::tree_size(&snapshot)?;
-        let mut frontier = Frontier::new();
-        let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position")?;
-        let mut stored =
-            snapshot.prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")?;
-        let mut rows = select.query([])?;
-        let mut nodes_checked = 0u64;
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
-            for (id, node) in frontier.append(&bytes) {
-                if id.level < STORED_LEVEL_MIN {
-                    continue;
-                }
-                let found: Option<Vec<u8>> = stored
-                    .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
-                        row.get(0)
-                    })
-                    .optional()?;
-                match found {
-                    Some(found) if found == node.0 => nodes_checked += 1,
-                    Some(_) => {
-                        return Err(EventStoreError::MerkleDamaged {
-                            reason: format!(
-                                "node level {} index {} differs from the tree of the events (leaves {}..{})",
-                                id.level,
-                                id.index,
-                                id.index << id.level,
-                                (id.index + 1) << id.level
-                            ),
-                        });
-                    }
-                    None => return Err(missing_node(id)),
-                }
-            }
-        }
-        let extra: i64 =
-            snapshot.query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0))?;
-        if u64::try_from(extra).ok() != Some(nodes_checked) {
-            return Err(EventStoreError::MerkleDamaged {
-                reason: format!(
-                    "{extra} nodes are stored but the events make {nodes_checked}: rebuild the tree"
-                ),
-            });
-        }
-        Ok(MerkleReport {
-            size,
-            root: frontier.root(),
-            nodes_checked,
-        })
-    }
-
-    /// Keeps a signed checkpoint (its note exactly as signed).
-    pub fn store_checkpoint(&self, size: u64, root: &MerkleHash, note: &str) -> Result<()> {
-        let recorded_at = self.clock.now().unix_micros();
-        self.with_write_transaction(|transaction| -> Result<()> {
-            transaction.execute(
-                "INSERT INTO checkpoints (size, root, note, recorded_at) VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    to_i64(size, "tree size")?,
-                    root.0.as_slice(),
-                    note,
-                    recorded_at
-                ],
-            )?;
-            Ok(())
-        })
-    }
-
-    /// The newest stored checkpoint, if any.
-    pub fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>> {
-        let connection = self.lock_reader();
-        let row = connection
-            .prepare_cached(
-                "SELECT size, root, note, recorded_at FROM checkpoints ORDER BY id DESC LIMIT 1",
-            )?
-            .query_row([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, i64>(3)?,
-                ))
-            })
-            .optional()?;
-        let Some((size, root, note, recorded_at)) = row else {
-            return Ok(None);
-        };
-        let damaged = |what: &str| EventStoreError::MerkleDamaged {
-            reason: format!("stored checkpoint: {what}"),
-        };
-        Ok(Some(StoredCheckpoint {
-            size: u64::try_from(size).map_err(|_| damaged("negative size"))?,
-            root: MerkleHash(
-                root.try_into()
-                    .map_err(|_| damaged("root is not 32 bytes"))?,
-            ),
-            note,
-            recorded_at: sandlog_core::Timestamp::from_unix_micros(recorded_at),
-        }))
-    }
-
-    /// Drops the stored tree and folds it again from the events, in one
-    /// transaction: readers see the old tree or the new one.
-    pub fn rebuild_merkle(&self) -> Result<u64> {
-        let folded = self.with_write_transaction(|transaction| -> Result<u64> {
-            transaction.execute("DELETE FROM merkle_nodes", [])?;
-            fold_events(transaction, 0)
-        })?;
-        self.frontier.clear();
-        Ok(folded)
-    }
 }
