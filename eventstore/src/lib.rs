@@ -25,7 +25,7 @@
 //!   (several streams in one transaction).
 //! * [`read`]: [`EventStore::query`], [`LogFilter`], paging.
 //! * [`chain`]: [`EventStore::verify`], [`Digest`].
-//! * [`write`]: [`EventStore::write`], the unit of work: appends to any
+//! * [`write`](mod@write): [`EventStore::write`], the unit of work: appends to any
 //!   streams and the blobs their events name, in one transaction.
 //! * [`subscribe`]: [`EventStore::subscribe`], catch-up subscriptions
 //!   (at least once, in position order, then following other processes'
