@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use sandlog_core::event::Event;
+use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
 use sandlog_eventstore::{Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions};
@@ -423,6 +423,30 @@ impl Engine {
     /// A new event by this engine's actor, with its correlation id.
     pub(crate) fn event(&self, event: &Event) -> NewEvent {
         NewEvent::from_event(event, &self.options.actor).correlated(self.options.correlation_id)
+    }
+
+    /// `header` followed by the file events (an execution's, a native
+    /// run's, a sync's), each caused by it.
+    pub(crate) fn caused_by(
+        &self,
+        header: NewEvent,
+        written: &[FileWritten],
+        deleted: &[FileDeleted],
+    ) -> Vec<NewEvent> {
+        let cause = Some(header.event_id.0);
+        let mut events = Vec::with_capacity(1 + written.len() + deleted.len());
+        events.push(header);
+        events.extend(written.iter().map(|file| {
+            let mut event = self.event(&Event::FileWritten(file.clone()));
+            event.causation_id = cause;
+            event
+        }));
+        events.extend(deleted.iter().map(|file| {
+            let mut event = self.event(&Event::FileDeleted(file.clone()));
+            event.causation_id = cause;
+            event
+        }));
+        events
     }
 
     /// The correlation id for events of a run with its own id (a prune or

@@ -336,19 +336,11 @@ impl Engine {
                 evidence: Some(evidence),
                 warm,
             };
-            let executed_event = self.event(&Event::SessionExecuted(executed));
-            let cause = Some(executed_event.event_id.0);
-            let mut events = vec![executed_event];
-            events.extend(kept.iter().map(|file| {
-                let mut event = self.event(&Event::FileWritten(file.clone()));
-                event.causation_id = cause;
-                event
-            }));
-            events.extend(deleted.iter().map(|file| {
-                let mut event = self.event(&Event::FileDeleted(file.clone()));
-                event.causation_id = cause;
-                event
-            }));
+            let events = self.caused_by(
+                self.event(&Event::SessionExecuted(executed)),
+                &kept,
+                &deleted,
+            );
             Ok(write.append(
                 session_id.stream(),
                 ExpectedVersion::Exact(version),

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use sandlog_core::event::{
-    Event, ExecutionLimit, ExecutionScan, FileDeleted, FileWritten, NativeCompleted, NativeStarted,
-    SessionSynced, SizeExceeded, WrittenBy,
+    Event, ExecutionLimit, ExecutionScan, NativeCompleted, NativeStarted, SessionSynced,
+    SizeExceeded, WrittenBy,
 };
 use sandlog_core::path::os_text_form;
 use sandlog_core::{Hash, SessionId, WorkspacePath};
@@ -658,29 +658,6 @@ impl Engine {
     /// the engine's quota is what it is willing to hash for anyone.
     fn native_hash_budget(&self, quota: u64) -> u64 {
         quota.max(self.options.limits.workspace_bytes_max)
-    }
-
-    /// `header` followed by the file events, each caused by it.
-    fn caused_by(
-        &self,
-        header: sandlog_core::NewEvent,
-        written: &[FileWritten],
-        deleted: &[FileDeleted],
-    ) -> Vec<sandlog_core::NewEvent> {
-        let cause = Some(header.event_id.0);
-        let mut events = Vec::with_capacity(1 + written.len() + deleted.len());
-        events.push(header);
-        events.extend(written.iter().map(|file| {
-            let mut event = self.event(&Event::FileWritten(file.clone()));
-            event.causation_id = cause;
-            event
-        }));
-        events.extend(deleted.iter().map(|file| {
-            let mut event = self.event(&Event::FileDeleted(file.clone()));
-            event.causation_id = cause;
-            event
-        }));
-        events
     }
 
     /// Records changes made in a session's workspace outside sandlog since
