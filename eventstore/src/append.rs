@@ -57,6 +57,44 @@ fn to_i64(value: u64, what: &str) -> Result<i64> {
         .map_err(|_| EventStoreError::InvalidBatch(format!("{what} {value} is out of range")))
 }
 
+/// The statement that inserts one event row; [`insert_event`] binds it.
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (position, stream, version, event_id, kind, \
+     schema, recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+/// Inserts `envelope` (`stream` is its stream's text) with `insert`,
+/// prepared from [`INSERT_EVENT`]: every column as the envelope has it.
+/// The outer error is a position or version out of range; the inner one is
+/// the insert's own, for the caller to classify (a duplicate event id, a
+/// full disk).
+pub(crate) fn insert_event(
+    insert: &mut rusqlite::CachedStatement<'_>,
+    stream: &str,
+    envelope: &Envelope,
+) -> Result<rusqlite::Result<usize>> {
+    Ok(insert.execute(params![
+        to_i64(envelope.position.0, "position")?,
+        stream,
+        to_i64(envelope.version.0, "version")?,
+        envelope.event_id.0.as_bytes().as_slice(),
+        envelope.kind,
+        envelope.schema,
+        envelope.recorded_at.unix_micros(),
+        envelope.actor,
+        envelope
+            .correlation_id
+            .as_ref()
+            .map(|id| id.as_bytes().as_slice()),
+        envelope
+            .causation_id
+            .as_ref()
+            .map(|id| id.as_bytes().as_slice()),
+        envelope.payload,
+        envelope.prev_hash.0.as_slice(),
+        envelope.hash.0.as_slice(),
+    ]))
+}
+
 impl EventStore {
     pub(crate) fn check_not_poisoned(&self) -> Result<()> {
         if self.poisoned.load(Ordering::SeqCst) {
@@ -297,33 +335,9 @@ pub(crate) fn insert_batch(
     let recorded_at = batch_recorded_at(&head, store.clock.now());
     let envelopes = chain_batch(&head, stream, actual, recorded_at, events);
     {
-        let mut insert = transaction.prepare_cached(
-            "INSERT INTO events (position, stream, version, event_id, kind, schema, recorded_at, actor, \
-             correlation_id, causation_id, payload, prev_hash, hash) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )?;
+        let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
         for (envelope, event) in envelopes.iter().zip(events) {
-            let inserted = insert.execute(params![
-                to_i64(envelope.position.0, "position")?,
-                stream_text,
-                to_i64(envelope.version.0, "version")?,
-                envelope.event_id.0.as_bytes().as_slice(),
-                envelope.kind,
-                envelope.schema,
-                recorded_at.unix_micros(),
-                envelope.actor,
-                envelope
-                    .correlation_id
-                    .as_ref()
-                    .map(|id| id.as_bytes().as_slice()),
-                envelope
-                    .causation_id
-                    .as_ref()
-                    .map(|id| id.as_bytes().as_slice()),
-                envelope.payload,
-                envelope.prev_hash.0.as_slice(),
-                envelope.hash.0.as_slice(),
-            ]);
+            let inserted = insert_event(&mut insert, &stream_text, envelope)?;
             if let Err(error) = inserted {
                 return Err(map_insert_error(transaction, error, event)?);
             }

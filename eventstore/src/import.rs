@@ -263,14 +263,10 @@ mod sqlite_side {
     use sandlog_core::Envelope;
 
     use super::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
+    use crate::append::{INSERT_EVENT, insert_event};
     use crate::error::{ChainProblem, EventStoreError, Result};
     use crate::rows::read_head;
     use crate::sqlite::EventStore;
-
-    fn to_i64(value: u64, what: &str) -> Result<i64> {
-        i64::try_from(value)
-            .map_err(|_| EventStoreError::InvalidBatch(format!("{what} {value} is out of range")))
-    }
 
     impl Portable for EventStore {
         fn describe(&self) -> String {
@@ -364,33 +360,9 @@ mod sqlite_side {
                         },
                     });
                 }
-                let mut insert = transaction.prepare_cached(
-                    "INSERT INTO events (position, stream, version, event_id, kind, schema, \
-                     recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                )?;
+                let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
                 for envelope in envelopes {
-                    insert.execute(params![
-                        to_i64(envelope.position.0, "position")?,
-                        envelope.stream.to_string(),
-                        to_i64(envelope.version.0, "version")?,
-                        envelope.event_id.0.as_bytes().as_slice(),
-                        envelope.kind,
-                        envelope.schema,
-                        envelope.recorded_at.unix_micros(),
-                        envelope.actor,
-                        envelope
-                            .correlation_id
-                            .as_ref()
-                            .map(|id| id.as_bytes().as_slice()),
-                        envelope
-                            .causation_id
-                            .as_ref()
-                            .map(|id| id.as_bytes().as_slice()),
-                        envelope.payload,
-                        envelope.prev_hash.0.as_slice(),
-                        envelope.hash.0.as_slice(),
-                    ])?;
+                    insert_event(&mut insert, &envelope.stream.to_string(), envelope)??;
                 }
                 let mut frontier = crate::merkle::load_frontier(transaction, head.position.0)?;
                 crate::merkle::append_leaves(transaction, &mut frontier, envelopes)?;
