@@ -154,17 +154,23 @@ impl NodeSource for StoredNodes<'_> {
                 })
                 .optional()?;
             let hash = hash.ok_or_else(|| missing_node(id))?;
-            let hash: [u8; 32] = hash
-                .try_into()
-                .map_err(|_| EventStoreError::MerkleDamaged {
-                    reason: format!("node level {} index {} is not 32 bytes", id.level, id.index),
-                })?;
-            return Ok(MerkleHash(hash));
+            return stored_node_hash(id, &hash);
         }
         let (start, end) = leaf_span(id)?;
         let leaves = self.event_hashes(start, end)?;
         subtree_of_events(id, &leaves)
     }
+}
+
+/// A stored node's hash from its column: 32 bytes, else the stored tree
+/// is damaged. Shared by every backend.
+pub(crate) fn stored_node_hash(id: NodeId, bytes: &[u8]) -> Result<MerkleHash> {
+    let hash: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| EventStoreError::MerkleDamaged {
+            reason: format!("node level {} index {} is not 32 bytes", id.level, id.index),
+        })?;
+    Ok(MerkleHash(hash))
 }
 
 /// The leaves `start..end` a node below the stored levels covers.
@@ -317,6 +323,16 @@ pub struct MerkleReport {
 /// `size` is past the head or `position` is 0 (positions start at 1). Both
 /// stores ask this before building the proof.
 pub(crate) fn inclusion_index(position: Position, size: u64, head: u64) -> Result<u64> {
+    check_tree_size(size, head)?;
+    Ok(position
+        .0
+        .checked_sub(1)
+        .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?)
+}
+
+/// Refuses a tree of `size` leaves past the head (a root, or the tree an
+/// inclusion proof is for).
+pub(crate) fn check_tree_size(size: u64, head: u64) -> Result<()> {
     if size > head {
         return Err(MerkleError::BadSizes {
             old: size,
@@ -324,10 +340,7 @@ pub(crate) fn inclusion_index(position: Position, size: u64, head: u64) -> Resul
         }
         .into());
     }
-    Ok(position
-        .0
-        .checked_sub(1)
-        .ok_or(MerkleError::IndexOutOfRange { index: 0, size })?)
+    Ok(())
 }
 
 /// Refuses a consistency proof to a tree size `new` past the head.

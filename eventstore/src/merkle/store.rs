@@ -3,11 +3,11 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::Position;
-use sandlog_core::merkle::{self, Frontier, MerkleError, MerkleHash};
+use sandlog_core::merkle::{self, Frontier, MerkleHash};
 
 use super::{
     MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, StoredNodes, check_consistency_sizes,
-    fold_events, inclusion_index, missing_node, to_i64,
+    check_tree_size, fold_events, inclusion_index, missing_node, to_i64,
 };
 use crate::error::{EventStoreError, Result};
 use crate::sqlite::EventStore;
@@ -40,13 +40,7 @@ impl EventStore {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
         let head = Self::tree_size(&snapshot)?;
-        if size > head {
-            return Err(MerkleError::BadSizes {
-                old: size,
-                new: head,
-            }
-            .into());
-        }
+        check_tree_size(size, head)?;
         merkle::root(
             &StoredNodes {
                 connection: &snapshot,

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use postgres::Row;
 use postgres::types::ToSql;
 use sandlog_core::envelope::EnvelopeFields;
-use sandlog_core::merkle::{self, Frontier, MerkleError, MerkleHash, NodeId, NodeSource};
+use sandlog_core::merkle::{self, Frontier, MerkleHash, NodeId, NodeSource};
 use sandlog_core::{
     Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp, chain_hash,
 };
@@ -14,7 +14,9 @@ use uuid::Uuid;
 
 use crate::chain::{Digest, VerifyReport};
 use crate::error::{ChainProblem, EventStoreError, Result};
-use crate::merkle::{STORED_LEVEL_MIN, leaf_span, missing_node, subtree_of_events};
+use crate::merkle::{
+    STORED_LEVEL_MIN, check_tree_size, leaf_span, missing_node, stored_node_hash, subtree_of_events,
+};
 use crate::read::{LogFilter, PAGE_EVENTS};
 use crate::types::Head;
 
@@ -207,12 +209,7 @@ impl NodeSource for PgNodes<'_, '_> {
             )?;
             let row = row.ok_or_else(|| missing_node(id))?;
             let bytes: &[u8] = row.try_get(0).map_err(|_| missing_node(id))?;
-            let hash: [u8; 32] = bytes
-                .try_into()
-                .map_err(|_| EventStoreError::MerkleDamaged {
-                    reason: format!("node level {} index {} is not 32 bytes", id.level, id.index),
-                })?;
-            return Ok(MerkleHash(hash));
+            return stored_node_hash(id, bytes);
         }
         let (start, end) = leaf_span(id)?;
         let leaves = self.event_hashes(start, end)?;
@@ -393,13 +390,7 @@ impl PgEventStore {
     pub fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
         self.with_read(|session| {
             let head = read_head(session)?.position.0;
-            if size > head {
-                return Err(MerkleError::BadSizes {
-                    old: size,
-                    new: head,
-                }
-                .into());
-            }
+            check_tree_size(size, head)?;
             merkle::root(
                 &PgNodes {
                     session: RefCell::new(session),
