@@ -230,29 +230,29 @@ pub(crate) fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u6
                 continue;
             }
             let dir_fd = entries.fd()?;
-            let file_type = match entry.file_type() {
-                rustix::fs::FileType::Unknown => {
+            // One stat at most: for a regular file's size, or for the type
+            // when the listing does not give it.
+            let listed = entry.file_type();
+            let stat = match listed {
+                rustix::fs::FileType::Unknown | rustix::fs::FileType::RegularFile => {
                     match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(stat) => rustix::fs::FileType::from_raw_mode(stat.st_mode),
+                        Ok(stat) => Some(stat),
                         Err(Errno::NOENT) => continue,
                         Err(error) => return Err(error.into()),
                     }
                 }
-                known => known,
+                _ => None,
             };
-            match file_type {
-                rustix::fs::FileType::Directory => {
+            let file_type = stat.as_ref().map_or(listed, |stat| {
+                rustix::fs::FileType::from_raw_mode(stat.st_mode)
+            });
+            match (file_type, &stat) {
+                (rustix::fs::FileType::Directory, _) => {
                     subdirs.push(entry_name.to_owned());
                     continue;
                 }
-                rustix::fs::FileType::RegularFile => {
-                    match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(stat) => {
-                            bytes = bytes.saturating_add(u64::try_from(stat.st_size).unwrap_or(0));
-                        }
-                        Err(Errno::NOENT) => continue,
-                        Err(error) => return Err(error.into()),
-                    }
+                (rustix::fs::FileType::RegularFile, Some(stat)) => {
+                    bytes = bytes.saturating_add(u64::try_from(stat.st_size).unwrap_or(0));
                 }
                 _ => {}
             }
