@@ -233,8 +233,8 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
     Engine::init(root).map_err(|error| format!("seed {seed}: init failed: {error}"))?;
     let engine = Engine::open(root, options)
         .map_err(|error| format!("seed {seed}: reopen failed: {error}"))?;
-    let report = engine
-        .raw_log()?
+    let log = engine.raw_log()?;
+    let report = log
         .verify()
         .map_err(|error| format!("seed {seed}: verify failed: {error}"))?;
     for (position, hash) in acknowledged {
@@ -248,7 +248,7 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
             );
             continue;
         }
-        let envelope = engine.raw_log()?.get(Position(*position))?.ok_or_else(|| {
+        let envelope = log.get(Position(*position))?.ok_or_else(|| {
             format!(
                 "seed {seed}: acknowledged position {position} is missing (head {})",
                 report.head
@@ -274,7 +274,7 @@ fn check_root(root: &std::path::Path, acknowledged: &[(u64, String)], seed: u64)
     );
     for orphan in &reconcile.orphans {
         let id = sandlog_core::SessionId::parse(orphan)?;
-        let known = engine.raw_log()?.stream_version(id.stream())?;
+        let known = log.stream_version(id.stream())?;
         assert!(
             known.is_none(),
             "seed {seed}: quarantine was needed for {orphan}, which the log knows"

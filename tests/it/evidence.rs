@@ -30,7 +30,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sandlog_core::event::NotKept;
 use sandlog_core::{Event, Hash, Position, PrunePolicy, SessionId, WorkspacePath};
-use sandlog_eventstore::BlobState;
+use sandlog_eventstore::{BlobState, EventStore};
 use sandlog_projections::{Cut, replay};
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, RuntimeError};
 use sandlog_tests::engine::RawLog;
@@ -81,11 +81,11 @@ fn read_tree(dir: &Path) -> std::io::Result<BTreeMap<String, Vec<u8>>> {
 
 /// The blake3 of a blob's bytes as read back from the store.
 fn hash_of_blob(
-    engine: &Engine,
+    log: &EventStore,
     hash: &Hash,
 ) -> Result<Hash, Box<dyn std::error::Error + Send + Sync>> {
     let mut hasher = blake3::Hasher::new();
-    match engine.raw_log()?.read_blob(hash, &mut hasher)? {
+    match log.read_blob(hash, &mut hasher)? {
         BlobState::Kept { .. } => Ok(Hash(*hasher.finalize().as_bytes())),
         state => Err(format!("blob {hash} is {state:?}, not kept").into()),
     }
@@ -292,9 +292,10 @@ fn check_restores(root: &TestRoot, id: SessionId, boundaries: &BTreeMap<u64, Mod
         .iter()
         .map(|envelope| envelope.position.0)
         .collect();
+    let log = engine.raw_log()?;
     for position in positions {
         let cut = Cut::Position(Position(position));
-        let projected = replay::session_at(&engine.raw_log()?, id, cut)?
+        let projected = replay::session_at(&log, id, cut)?
             .ok_or("the session is missing from the projection")?;
         let past = engine.session_as_of(id, cut)?;
         assert_eq!(past.state.files, projected.files, "at {position}");
@@ -597,25 +598,24 @@ fn check_evidence_root(
         verified.read_model_mismatches
     );
     let named = named_blobs(&engine)?;
+    let log = engine.raw_log()?;
     for hash in &named {
         assert!(
             matches!(engine.blob_state(hash)?, BlobState::Kept { .. }),
             "seed {seed}: blob {hash} is named by an event but not kept"
         );
         assert_eq!(
-            hash_of_blob(&engine, hash)?,
+            hash_of_blob(&log, hash)?,
             *hash,
             "seed {seed}: blob {hash} does not hash to its key"
         );
     }
     // A blob stored alone (no event names it) is what gc must remove.
-    let orphan = engine
-        .raw_log()?
-        .put_blob(format!("stored alone in round {seed}").as_bytes())?;
+    let orphan = log.put_blob(format!("stored alone in round {seed}").as_bytes())?;
     let gc = engine.gc(None)?;
     assert!(gc.blobs_removed >= 1, "seed {seed}: gc removed nothing");
     assert_eq!(engine.blob_state(&orphan)?, BlobState::Missing);
-    for (hash, kept) in engine.raw_log()?.blob_hashes()? {
+    for (hash, kept) in log.blob_hashes()? {
         assert!(
             named.contains(&hash),
             "seed {seed}: blob {hash} survived gc but no event names it"

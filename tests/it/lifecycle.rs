@@ -403,10 +403,9 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
         requested.last().map(|last| last + 1),
         pruned.first().copied()
     );
+    let log = root.engine.raw_log()?;
     let stream_at = |position: u64| -> Result<_, RuntimeError> {
-        Ok(root
-            .engine
-            .raw_log()?
+        Ok(log
             .get(sandlog_core::Position(position))?
             .map(|envelope| envelope.stream))
     };
