@@ -41,6 +41,20 @@ pub struct Cli {
     )]
     pub root: PathBuf,
 
+    /// Where the log lives: unset, the root's own SQLite file; a
+    /// PostgreSQL URL (`postgres://user@host/db`) or `key=value` connection
+    /// string, a log shared by several nodes, each with its own --root
+    /// (its workspaces and a replica of the log). Prefer $SANDLOG_STORE
+    /// for a URL with a password: arguments are visible to other users.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDLOG_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
+
     /// Print one JSON document on stdout (JSON Lines for `log`); errors as
     /// {"error":{"kind","message"}} on stderr.
     #[arg(long, global = true)]

@@ -29,6 +29,8 @@ pub struct Output {
     pub actor: String,
     /// `--correlation-id`: recorded on every event the command appends.
     pub correlation_id: Option<uuid::Uuid>,
+    /// `--store`: the shared log, if the root's log is not its own file.
+    pub store: Option<String>,
     /// `--wide`: whole ids in tables.
     pub wide: bool,
     /// `--format tsv`: tables as tab-separated values.
@@ -55,6 +57,7 @@ impl Output {
             wide: cli.wide,
             actor: crate::commands::actor(cli.actor.as_deref()),
             correlation_id: cli.correlation_id,
+            store: cli.store.clone().filter(|store| !store.is_empty()),
             tsv: cli.format == TableFormat::Tsv,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),

@@ -9,8 +9,9 @@
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
 
+use crate::blobs::{BlobPut, BlobTotals, ErasedBlob};
 use crate::chain::{Digest, VerifyReport};
-use crate::error::Result;
+use crate::error::{EventStoreError, Result};
 use crate::read::LogFilter;
 use crate::sqlite::EventStore;
 use crate::types::{ExpectedVersion, Head};
@@ -24,6 +25,8 @@ use crate::types::{ExpectedVersion, Head};
 /// * Reads return envelopes in position order.
 /// * `verify` names the first bad position.
 pub trait Backend: Send + Sync {
+    /// The store's name in messages (a file path, a database name).
+    fn name(&self) -> String;
     /// See [`EventStore::append`].
     fn append(
         &self,
@@ -61,9 +64,85 @@ pub trait Backend: Send + Sync {
     fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>>;
     /// See [`EventStore::consistency_proof`].
     fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>>;
+    /// How many blobs are kept and erased, and their bytes.
+    fn blob_totals(&self) -> Result<BlobTotals>;
+    /// Runs `f` in one write transaction (see [`EventStore::write`]) and
+    /// commits if it returns `Ok(true)`; `Ok(false)` or an error rolls
+    /// everything back. Returns whether it committed. `f` is called once.
+    fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool>;
+}
+
+/// Why a [`Backend::write_unit`] did not commit: the store failed, or the
+/// caller said no.
+pub(crate) enum Unwritten {
+    Store(EventStoreError),
+    Declined,
+}
+
+impl From<EventStoreError> for Unwritten {
+    fn from(error: EventStoreError) -> Self {
+        Unwritten::Store(error)
+    }
+}
+
+impl Unwritten {
+    /// A write's outcome as [`Backend::write_unit`] returns it.
+    pub(crate) fn outcome(outcome: std::result::Result<(), Unwritten>) -> Result<bool> {
+        match outcome {
+            Ok(()) => Ok(true),
+            Err(Unwritten::Declined) => Ok(false),
+            Err(Unwritten::Store(error)) => Err(error),
+        }
+    }
+
+    /// `f`'s answer as a write closure's result.
+    pub(crate) fn decide(commit: Result<bool>) -> std::result::Result<(), Unwritten> {
+        match commit {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Unwritten::Declined),
+            Err(error) => Err(Unwritten::Store(error)),
+        }
+    }
+}
+
+/// One open write transaction of either backend ([`crate::Write`] on
+/// SQLite, `PgWrite` on PostgreSQL): appends and the blobs their events
+/// name, committed together or not at all. Code that writes the log
+/// without caring where it lives takes `&mut dyn UnitOfWork`.
+pub trait UnitOfWork {
+    /// Appends `events` to `stream` if it is at `expected` (see
+    /// [`EventStore::append`]), inside this transaction.
+    fn append(
+        &mut self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>>;
+    /// Stores `bytes` as a blob in this transaction.
+    fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut>;
+    /// Stores what `reader` yields, at most `size_max` bytes, streamed in
+    /// chunks. With `expected`, a blob already stored under that hash is
+    /// not read at all, and bytes that hash to something else fail with
+    /// [`crate::EventStoreError::BlobHashMismatch`] and store nothing.
+    fn put_blob_from(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+        expected: Option<Hash>,
+        size_max: u64,
+    ) -> Result<BlobPut>;
+    /// Removes a blob's bytes, keeping its address, size and the time of
+    /// the erasure. `None` if it was not stored or already erased.
+    fn erase_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>>;
+    /// Deletes a blob entirely (bytes and index row): for blobs no event
+    /// names. `None` if it was not stored.
+    fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>>;
 }
 
 impl Backend for EventStore {
+    fn name(&self) -> String {
+        self.path().display().to_string()
+    }
+
     fn append(
         &self,
         stream: StreamId,
@@ -122,5 +201,13 @@ impl Backend for EventStore {
 
     fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         EventStore::consistency_proof(self, old, new)
+    }
+
+    fn blob_totals(&self) -> Result<BlobTotals> {
+        EventStore::blob_totals(self)
+    }
+
+    fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool> {
+        Unwritten::outcome(EventStore::write(self, |write| Unwritten::decide(f(write))))
     }
 }

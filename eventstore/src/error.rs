@@ -228,6 +228,22 @@ pub enum EventStoreError {
         /// Blobs it holds.
         blobs: u64,
     },
+    /// A node's replica holds events the shared log does not: the shared
+    /// log was restored from an older backup or replaced, or the replica
+    /// was made from another log. Nothing was written.
+    #[error(
+        "this node's copy of the log ends at position {replica} but the shared log {log} ends at \
+         {shared}: the shared log lost events or is another log; restore it, or move this \
+         node's root aside and let it copy the shared log afresh"
+    )]
+    ReplicaAhead {
+        /// The replica's head.
+        replica: Position,
+        /// The shared log (a database name).
+        log: String,
+        /// The shared log's head.
+        shared: Position,
+    },
 }
 
 impl EventStoreError {
@@ -259,6 +275,7 @@ impl EventStoreError {
             Self::InvalidConsumer { .. } => "invalid_consumer",
             Self::CheckpointCorrupt { .. } => "integrity",
             Self::ImportTargetNotEmpty { .. } => "not_empty",
+            Self::ReplicaAhead { .. } => "integrity",
         }
     }
 
@@ -277,7 +294,8 @@ impl EventStoreError {
             | Self::Corrupt { .. }
             | Self::BlobCorrupt { .. }
             | Self::MerkleDamaged { .. }
-            | Self::CheckpointCorrupt { .. } => ErrorClass::Integrity,
+            | Self::CheckpointCorrupt { .. }
+            | Self::ReplicaAhead { .. } => ErrorClass::Integrity,
             Self::InvalidConsumer { .. } => ErrorClass::BadInput,
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
             Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,

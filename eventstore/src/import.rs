@@ -100,8 +100,6 @@ pub struct CheckpointRecord {
 /// What a store must offer to be copied from and into. Both stores
 /// implement it; PostgreSQL's behind the `postgres` feature.
 pub trait Portable: Backend {
-    /// The store's name in messages (a file path, a database name).
-    fn describe(&self) -> String;
     /// How many blobs its index holds (kept and erased).
     fn blob_count(&self) -> Result<u64>;
     /// Up to `limit` blob index rows with addresses after `after`, in
@@ -187,7 +185,7 @@ pub fn copy_log(
     let blobs = to.blob_count()?;
     if events > 0 || blobs > 0 {
         return Err(EventStoreError::ImportTargetNotEmpty {
-            target: to.describe(),
+            target: to.name(),
             events,
             blobs,
         });
@@ -260,19 +258,95 @@ pub fn copy_log(
 
 mod sqlite_side {
     use rusqlite::params;
-    use sandlog_core::Envelope;
+    use sandlog_core::{Envelope, Position};
 
-    use super::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
+    use super::{BlobRecord, CheckpointRecord, ChunkRecord, Portable, check_link};
     use crate::append::{INSERT_EVENT, insert_event};
+    use crate::backend::Backend;
     use crate::error::{ChainProblem, EventStoreError, Result};
+    use crate::read::LogFilter;
     use crate::rows::read_head;
     use crate::sqlite::EventStore;
 
-    impl Portable for EventStore {
-        fn describe(&self) -> String {
-            self.path().display().to_string()
+    /// Inserts `envelopes` verbatim after `head` with the Merkle nodes they
+    /// complete.
+    fn insert_verbatim(
+        transaction: &rusqlite::Transaction<'_>,
+        head: Position,
+        envelopes: &[Envelope],
+    ) -> Result<()> {
+        let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
+        for envelope in envelopes {
+            insert_event(&mut insert, &envelope.stream.to_string(), envelope)??;
         }
+        let mut frontier = crate::merkle::load_frontier(transaction, head.0)?;
+        crate::merkle::append_leaves(transaction, &mut frontier, envelopes)?;
+        Ok(())
+    }
 
+    impl EventStore {
+        /// Makes this store a replica of `source`: copies every event
+        /// `source` holds after this store's head, verbatim (positions,
+        /// hashes, the Merkle nodes), [`super::IMPORT_BATCH_EVENTS`] per
+        /// transaction, each checked to extend the chain this store holds,
+        /// and folded by the append hook in its transaction, so the read
+        /// models follow. Blobs stay in `source`. Returns how many events
+        /// were copied.
+        ///
+        /// Safe with several processes replicating into the same file:
+        /// each page is read from `source` after the write lock is taken,
+        /// starting at the head seen under it.
+        ///
+        /// Fails with [`EventStoreError::ChainBroken`] when `source`'s
+        /// next event does not extend this store's head, and with
+        /// [`EventStoreError::ReplicaAhead`] when `source` ends before it:
+        /// either way `source` is not the log this store copied.
+        pub fn replicate_from(&self, source: &dyn Backend) -> Result<u64> {
+            let mut copied = 0u64;
+            loop {
+                let page = self.with_write_transaction(|transaction| -> Result<usize> {
+                    let head = read_head(transaction)?;
+                    let page = source.query_page(&LogFilter {
+                        from: Some(head.position.next()),
+                        limit: Some(super::IMPORT_BATCH_EVENTS as u64),
+                        ..LogFilter::default()
+                    })?;
+                    if page.is_empty() {
+                        let shared = source.head()?.position;
+                        if shared < head.position {
+                            return Err(EventStoreError::ReplicaAhead {
+                                replica: head.position,
+                                log: source.name(),
+                                shared,
+                            });
+                        }
+                        return Ok(0);
+                    }
+                    let mut last = (head.position, head.hash);
+                    for envelope in &page {
+                        check_link(last, envelope)?;
+                        last = (envelope.position, envelope.hash);
+                    }
+                    insert_verbatim(transaction, head.position, &page)?;
+                    if let Some(hook) = &self.hook {
+                        hook.after_append(transaction, &page)
+                            .map_err(EventStoreError::Hook)?;
+                    }
+                    Ok(page.len())
+                });
+                // The cached right edge of the tree (if any) is of an older
+                // head, whatever happened.
+                self.frontier.clear();
+                let page = page?;
+                copied += page as u64;
+                if page < super::IMPORT_BATCH_EVENTS {
+                    return Ok(copied);
+                }
+            }
+        }
+    }
+
+    impl Portable for EventStore {
         fn blob_count(&self) -> Result<u64> {
             let count: i64 = self.with_reader(|connection| {
                 connection.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))
@@ -360,13 +434,7 @@ mod sqlite_side {
                         },
                     });
                 }
-                let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
-                for envelope in envelopes {
-                    insert_event(&mut insert, &envelope.stream.to_string(), envelope)??;
-                }
-                let mut frontier = crate::merkle::load_frontier(transaction, head.position.0)?;
-                crate::merkle::append_leaves(transaction, &mut frontier, envelopes)?;
-                Ok(())
+                insert_verbatim(transaction, head.position, envelopes)
             })?;
             // The cached right edge of the tree (if any) is of an older head.
             self.frontier.clear();

@@ -56,7 +56,7 @@ pub mod subscribe;
 pub mod types;
 pub mod write;
 
-pub use backend::Backend;
+pub use backend::{Backend, UnitOfWork};
 pub use blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 pub use chain::{Digest, VerifyReport};
 pub use error::{ChainProblem, EventStoreError, Result, is_busy, is_disk_full};

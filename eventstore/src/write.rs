@@ -94,6 +94,38 @@ impl Write<'_, '_> {
     }
 }
 
+impl crate::backend::UnitOfWork for Write<'_, '_> {
+    fn append(
+        &mut self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        Write::append(self, stream, expected, events)
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
+        Write::put_blob(self, bytes)
+    }
+
+    fn put_blob_from(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+        expected: Option<Hash>,
+        size_max: u64,
+    ) -> Result<BlobPut> {
+        Write::put_blob_from(self, reader, expected, size_max)
+    }
+
+    fn erase_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        Write::erase_blob(self, hash)
+    }
+
+    fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        Write::remove_blob(self, hash)
+    }
+}
+
 impl EventStore {
     /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) and commits if
     /// it succeeds: every append and blob it made lands together, with one

@@ -796,7 +796,7 @@ impl Engine {
             })
             .collect();
         loop {
-            match self.store.append_batch(&parts) {
+            match self.append_log_batch(&parts) {
                 Ok(_) => break,
                 Err(EventStoreError::VersionConflict { stream, .. }) => {
                     let Some(index) = parts.iter().position(|(other, _, _)| *other == stream)

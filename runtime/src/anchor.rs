@@ -22,7 +22,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sandlog_core::{EventId, Hash, NewEvent, Position, StreamId, Timestamp};
-use sandlog_eventstore::{EventStore, ExpectedVersion};
+use sandlog_eventstore::{Backend, ExpectedVersion, LogFilter};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -179,17 +179,23 @@ pub fn log_missing(root: &Path, anchor: &Anchor, reason: impl Into<String>) -> R
 /// writing an anchor for a root made before anchors existed.
 pub fn check(
     root: &Path,
-    store: &EventStore,
+    store: &dyn Backend,
     anchor: Option<Anchor>,
     now: Timestamp,
     actor: &str,
 ) -> Result<()> {
-    let first = store.get(Position(1))?;
+    let first = first_event(store)?;
     match anchor {
         Some(anchor) => {
             let Some(first) = first else {
                 if anchor.genesis_hash.is_some() {
-                    return Err(log_missing(root, &anchor, "sandlog.db has no events"));
+                    // The root's own file, or a shared database.
+                    let reason = if store.name().ends_with(crate::engine::DATABASE_FILE) {
+                        "sandlog.db has no events".to_owned()
+                    } else {
+                        format!("the shared log ({}) has no events", store.name())
+                    };
+                    return Err(log_missing(root, &anchor, &reason));
                 }
                 return append_genesis(root, store, anchor, actor);
             };
@@ -246,7 +252,17 @@ fn genesis_root_id(first: &sandlog_core::Envelope) -> Option<Uuid> {
         .map(|payload| payload.root_id)
 }
 
-fn append_genesis(root: &Path, store: &EventStore, anchor: Anchor, actor: &str) -> Result<()> {
+/// The log's first event, if any.
+fn first_event(store: &dyn Backend) -> Result<Option<sandlog_core::Envelope>> {
+    let first = store.query_page(&LogFilter {
+        from: Some(Position(1)),
+        limit: Some(1),
+        ..LogFilter::default()
+    })?;
+    Ok(first.into_iter().next())
+}
+
+fn append_genesis(root: &Path, store: &dyn Backend, anchor: Anchor, actor: &str) -> Result<()> {
     let payload = serde_json::to_vec(&RootInitialized {
         root_id: anchor.root_id,
     })
@@ -273,7 +289,7 @@ fn append_genesis(root: &Path, store: &EventStore, anchor: Anchor, actor: &str) 
     let Some(genesis) = genesis else {
         // Another event got to position 1 first: the log is not this
         // anchor's.
-        let found = store.get(Position(1))?.map(|first| first.hash);
+        let found = first_event(store)?.map(|first| first.hash);
         return Err(mismatch(root, &anchor, &found.unwrap_or(Hash::GENESIS)));
     };
     write(

@@ -143,6 +143,12 @@ pub struct EngineOptions {
     pub finish_intents_on_open: bool,
     /// Failure injection for destructive steps (tests, chaos drills).
     pub fault: Option<crate::fault::SharedFaultInjector>,
+    /// Where the log lives: `None` for the root's own SQLite file (the
+    /// default); a PostgreSQL URL or `key=value` connection string for a
+    /// log shared by several nodes, each with its own root (workspaces,
+    /// and a replica of the log with the read models; see
+    /// [`crate::shared`]).
+    pub store: Option<String>,
     /// Create the root (as [`Engine::init`]) if the directory is missing or
     /// holds no root. Off by default: opening never creates a root, so a
     /// mistyped `--root` fails instead of growing an empty log.
@@ -164,6 +170,7 @@ impl Default for EngineOptions {
             on_compile: None,
             finish_intents_on_open: true,
             fault: None,
+            store: None,
             create: false,
         }
     }
@@ -172,7 +179,12 @@ impl Default for EngineOptions {
 /// The engine over one root. `Send + Sync`.
 pub struct Engine {
     pub(crate) layout: Layout,
+    /// The root's SQLite file: the log itself, or with [`Engine::shared`]
+    /// this node's replica of it. The read models live here either way.
     pub(crate) store: EventStore,
+    /// The log shared with other nodes, when [`EngineOptions::store`]
+    /// names one.
+    pub(crate) shared: Option<Box<dyn sandlog_eventstore::Backend>>,
     pub(crate) options: EngineOptions,
     sandbox: OnceLock<Sandbox>,
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
@@ -287,6 +299,9 @@ impl Engine {
             }
             Engine::init(root)?;
         }
+        if let Some(url) = options.store.clone() {
+            return Engine::open_shared(root, &url, options);
+        }
         let mut found = anchor::read(root)?;
         let database = anchor::database_present(&layout.database);
         match (&found, database) {
@@ -324,9 +339,58 @@ impl Engine {
                 "read models caught up with the log"
             );
         }
+        Ok(Engine::assemble(layout, store, None, options))
+    }
+
+    /// [`Engine::open`] for a root whose log is shared (see
+    /// [`crate::shared`]): the anchor pins the shared log's genesis event,
+    /// and the root's SQLite file, made if missing, is this node's replica
+    /// of it, brought up to date before the engine is returned.
+    fn open_shared(root: &Path, url: &str, options: EngineOptions) -> Result<Engine> {
+        let layout = Layout::new(root);
+        if !root.is_dir() && !options.create {
+            return Err(RuntimeError::RootMissing(root.to_owned()));
+        }
+        let found = anchor::read(root)?;
+        if found.is_none() && !options.create {
+            return Err(RuntimeError::NotARoot {
+                path: root.to_owned(),
+            });
+        }
+        create_dir(root)?;
+        create_dir(&layout.workspaces)?;
+        let shared = crate::shared::connect(url, options.clock.clone())?;
+        anchor::check(
+            root,
+            shared.as_ref(),
+            found,
+            options.clock.now(),
+            &options.actor,
+        )?;
+        let open_options = OpenOptions::default()
+            .clock(options.clock.clone())
+            .durability(options.durability);
+        let mut store = EventStore::open(&layout.database, open_options)?;
+        sandlog_projections::install(&mut store)?;
+        let copied = store.replicate_from(shared.as_ref())?;
+        if copied > 0 {
+            tracing::info!(copied, "this node's replica copied the shared log");
+        }
+        Ok(Engine::assemble(layout, store, Some(shared), options))
+    }
+
+    /// The engine over an opened log; finishes pending intents unless
+    /// told not to.
+    fn assemble(
+        layout: Layout,
+        store: EventStore,
+        shared: Option<Box<dyn sandlog_eventstore::Backend>>,
+        options: EngineOptions,
+    ) -> Engine {
         let engine = Engine {
             layout,
             store,
+            shared,
             options,
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
@@ -345,7 +409,7 @@ impl Engine {
                 }
             }
         }
-        Ok(engine)
+        engine
     }
 
     /// The root's paths.
@@ -585,11 +649,7 @@ impl Engine {
                         status: session.status,
                     });
                 }
-                Ok(self.store.append(
-                    session_id.stream(),
-                    ExpectedVersion::Exact(actual),
-                    events,
-                )?)
+                Ok(self.append_log(session_id.stream(), ExpectedVersion::Exact(actual), events)?)
             }
             Err(error) => Err(error.into()),
         }
@@ -604,11 +664,11 @@ impl Engine {
         session_id: SessionId,
         version: sandlog_core::StreamVersion,
         mut build: impl FnMut(
-            &mut sandlog_eventstore::Write<'_, '_>,
+            &mut dyn sandlog_eventstore::UnitOfWork,
             sandlog_core::StreamVersion,
         ) -> Result<T>,
     ) -> Result<T> {
-        match self.store.write(|write| build(write, version)) {
+        match self.write_log(|write| build(write, version)) {
             Err(RuntimeError::Store(EventStoreError::VersionConflict {
                 actual: Some(actual),
                 ..
@@ -621,7 +681,7 @@ impl Engine {
                         status: session.status,
                     });
                 }
-                self.store.write(|write| build(write, actual))
+                self.write_log(|write| build(write, actual))
             }
             other => other,
         }

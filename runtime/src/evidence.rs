@@ -11,7 +11,7 @@
 use sandlog_core::event::{ExecEvidence, FileWritten, NotKept};
 use sandlog_core::human::{format_size, parse_size};
 use sandlog_core::{Event, StreamId};
-use sandlog_eventstore::{EventStoreError, LogFilter, Write};
+use sandlog_eventstore::{EventStoreError, LogFilter, UnitOfWork};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
@@ -95,7 +95,7 @@ pub fn parse_budget(text: &str) -> Result<u64> {
 /// Stores the bytes of `written` (a guest's writes, in path order) within
 /// `budget`, and returns the events' payloads saying what was kept.
 pub(crate) fn keep_files(
-    write: &mut Write<'_, '_>,
+    write: &mut dyn UnitOfWork,
     workspace: &Workspace,
     written: &[FileWritten],
     budget: u64,
@@ -140,7 +140,7 @@ pub(crate) fn keep_files(
 
 /// Stores one file's bytes; the reason when they cannot be kept.
 fn keep_one(
-    write: &mut Write<'_, '_>,
+    write: &mut dyn UnitOfWork,
     workspace: &Workspace,
     file: &FileWritten,
 ) -> Result<std::result::Result<(), NotKept>> {
@@ -260,7 +260,7 @@ impl Engine {
             key: key.to_owned(),
             value: value.map(str::to_owned),
         });
-        self.store.append(
+        self.append_log(
             StreamId::System,
             sandlog_eventstore::ExpectedVersion::Any,
             &[self.event(&event)],

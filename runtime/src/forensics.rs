@@ -57,12 +57,12 @@ impl Engine {
 
     /// What the store holds of blobs: counts and bytes, kept and erased.
     pub fn blob_totals(&self) -> Result<BlobTotals> {
-        Ok(self.store.blob_totals()?)
+        Ok(self.backend().blob_totals()?)
     }
 
     /// What the store knows of one blob.
     pub fn blob_state(&self, hash: &Hash) -> Result<BlobState> {
-        Ok(self.store.blob_state(hash)?)
+        Ok(self.backend().blob_state(hash)?)
     }
 
     /// Drops the stored Merkle nodes and folds them again from the events

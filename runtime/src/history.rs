@@ -281,7 +281,7 @@ impl Engine {
         hash: &Hash,
         what: String,
     ) -> Result<Option<(String, RuntimeError)>> {
-        Ok(match self.store.blob_state(hash)? {
+        Ok(match self.backend().blob_state(hash)? {
             BlobState::Kept { .. } => None,
             BlobState::Erased { erased_at, .. } => Some((
                 "erased".to_owned(),
@@ -328,7 +328,7 @@ impl Engine {
 
     /// Writes a stored blob to `out` (`blob cat`); returns its length.
     pub fn cat_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<u64> {
-        if self.store.blob_state(hash)? == BlobState::Missing {
+        if self.backend().blob_state(hash)? == BlobState::Missing {
             return Err(RuntimeError::BlobNotFound(hash.to_string()));
         }
         self.copy_blob(hash, out, &|| format!("blob {hash}"))
@@ -342,7 +342,7 @@ impl Engine {
         out: &mut dyn std::io::Write,
         what: &dyn Fn() -> String,
     ) -> Result<u64> {
-        match self.store.read_blob(hash, out)? {
+        match self.backend().read_blob(hash, out)? {
             BlobState::Kept { size, .. } => Ok(size),
             _ => match self.blob_unavailable(hash, what())? {
                 Some((_, error)) => Err(error),
@@ -565,7 +565,7 @@ impl Engine {
             bytes: Vec::new(),
             cap,
         };
-        match self.store.read_blob(hash, &mut capped)? {
+        match self.backend().read_blob(hash, &mut capped)? {
             BlobState::Kept { size, .. } => {
                 content.state = "kept";
                 content.excerpt = size > capped.bytes.len() as u64;
@@ -597,7 +597,7 @@ impl Engine {
             return Ok(Err(missing(&reason)));
         }
         let mut file = target.create_new(path)?;
-        let state = self.store.read_blob(&written.blake3, &mut file)?;
+        let state = self.backend().read_blob(&written.blake3, &mut file)?;
         let BlobState::Kept { size, .. } = state else {
             drop(file);
             target.remove(path, false)?;
@@ -655,7 +655,7 @@ impl Engine {
             files: copied.len() as u64,
             missing: missing.iter().map(|file| file.path.clone()).collect(),
         };
-        let appended = self.store.write(|write| -> Result<()> {
+        let appended = self.write_log(|write| -> Result<()> {
             // A fork stays in its origin's task group, under the same size
             // limit and with the same read-only directories. The fork names
             // the session's creation as its cause, and each copied file the

@@ -57,6 +57,7 @@ pub mod report;
 pub mod retention;
 pub mod sandbox;
 pub mod sessions;
+pub mod shared;
 pub mod verify;
 pub mod workspace;
 

@@ -400,7 +400,7 @@ impl Engine {
         // and the run's completion this start, each session's completion
         // its intent.
         let started_id = started_event.event_id.0;
-        self.store.append(
+        self.append_log(
             StreamId::System,
             ExpectedVersion::Any,
             std::slice::from_ref(&started_event),
@@ -588,7 +588,7 @@ impl Engine {
                     )
                 })
                 .collect();
-            match self.store.append_batch(&intents) {
+            match self.append_log_batch(&intents) {
                 Ok(_) => {
                     for (held, (_, _, events)) in held.iter_mut().zip(&intents) {
                         held.intent_id = events.first().map(|event| event.event_id.0);
@@ -682,7 +682,7 @@ impl Engine {
             .collect();
         let mut unrecorded: BTreeMap<SessionId, String> = BTreeMap::new();
         while !completions.is_empty() {
-            match self.store.append_batch(&completions) {
+            match self.append_log_batch(&completions) {
                 Ok(_) => break,
                 Err(EventStoreError::VersionConflict { stream, .. }) => {
                     // Nothing else appends to a session whose lease this run
@@ -823,7 +823,7 @@ impl Engine {
             reclaimed_bytes: bytes,
         }));
         done.causation_id = intent_id;
-        self.store.append(
+        self.append_log(
             session_id.stream(),
             ExpectedVersion::Exact(version),
             &[done],
@@ -941,7 +941,7 @@ impl Engine {
             }
             _ => return Ok(None),
         };
-        match self.store.append(
+        match self.append_log(
             session_id.stream(),
             ExpectedVersion::Exact(version),
             &[applier(&event)],
@@ -1009,7 +1009,7 @@ impl Engine {
             let mut event = self.event(&failed);
             event.actor = "applier".to_owned();
             event.causation_id = self.pending_intent(session_id)?.map(|intent| intent.0);
-            self.store.append(
+            self.append_log(
                 session_id.stream(),
                 ExpectedVersion::Exact(session.version),
                 &[event],

@@ -334,14 +334,14 @@ impl Engine {
             let proof = self.store.inclusion_proof(envelope.position, body_size)?;
             events.push(BundleEvent::new(envelope, &proof));
             for hash in blob_refs(envelope) {
-                let size = match self.store.blob_state(&hash)? {
+                let size = match self.backend().blob_state(&hash)? {
                     sandlog_eventstore::BlobState::Kept { size, .. } => size,
                     _ => continue,
                 };
                 if blobs.contains_key(&hash.to_hex()) || carried + size > BUNDLE_BLOB_BYTES_MAX {
                     continue;
                 }
-                if let Some(bytes) = self.store.get_blob(&hash)? {
+                if let Some(bytes) = self.backend().get_blob(&hash)? {
                     use base64::Engine as _;
                     carried += size;
                     blobs.insert(

@@ -1262,7 +1262,7 @@ impl Report<'_, '_> {
             full: false,
         };
         // Whether the whole blob was read, when its bytes were read at all.
-        let whole = match self.engine.store.read_blob(hash, &mut excerpt) {
+        let whole = match self.engine.backend().read_blob(hash, &mut excerpt) {
             Ok(BlobState::Kept { .. }) => true,
             // The excerpt's own refusal: the bytes so far are the excerpt.
             Err(EventStoreError::Io { .. }) if excerpt.full => false,

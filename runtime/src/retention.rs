@@ -11,7 +11,7 @@ use std::time::Duration;
 use sandlog_core::event::{EvidenceErased, SessionHeld, SessionReleased};
 use sandlog_core::human::format_duration;
 use sandlog_core::{Event, Hash, NewEvent, SessionId, StreamId, WorkspacePath};
-use sandlog_eventstore::{ExpectedVersion, Write};
+use sandlog_eventstore::{ExpectedVersion, UnitOfWork};
 use sandlog_projections::evidence as refs;
 use serde::Serialize;
 
@@ -80,7 +80,7 @@ impl Engine {
         let event = Event::SessionHeld(SessionHeld {
             reason: reason.to_owned(),
         });
-        self.store.append(
+        self.append_log(
             session_id.stream(),
             ExpectedVersion::Exact(session.version),
             &[self.event(&event)],
@@ -98,7 +98,7 @@ impl Engine {
         let event = Event::SessionReleased(SessionReleased {
             reason: reason.map(str::to_owned),
         });
-        self.store.append(
+        self.append_log(
             session_id.stream(),
             ExpectedVersion::Exact(session.version),
             &[self.event(&event)],
@@ -139,7 +139,7 @@ impl Engine {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        self.store.write(|write| -> Result<()> {
+        self.write_log(|write| -> Result<()> {
             // Checked under the write lock: no hold can land meanwhile.
             self.refuse_if_held(session_id)?;
             let version = self.session(session_id)?.version;
@@ -166,7 +166,7 @@ impl Engine {
     /// those erased, those kept for a hold, and the bytes erased.
     fn erase_blobs(
         &self,
-        write: &mut Write<'_, '_>,
+        write: &mut dyn UnitOfWork,
         hashes: &[Hash],
     ) -> Result<(Vec<Hash>, Vec<Hash>, u64)> {
         let mut erased = Vec::new();
@@ -198,7 +198,7 @@ impl Engine {
             .into_iter()
             .map(|(hash, _)| hash)
             .collect();
-        self.store.write(|write| -> Result<()> {
+        self.write_log(|write| -> Result<()> {
             // Under the write lock no event can start naming a blob, so a
             // blob found unreferenced here stays so until it is removed.
             for hash in &candidates {
@@ -217,7 +217,7 @@ impl Engine {
             let position = self.store.position_before(cutoff)?;
             let expired = refs::expired_blobs(&self.store, position)?;
             let reason = format!("retention: evidence older than {}", format_duration(age));
-            self.store.write(|write| -> Result<()> {
+            self.write_log(|write| -> Result<()> {
                 let (erased, kept_for_hold, bytes) = self.erase_blobs(write, &expired)?;
                 report.blobs_erased = erased.len() as u64;
                 report.bytes_erased = bytes;

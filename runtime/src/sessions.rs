@@ -200,7 +200,7 @@ impl Engine {
             max_size: new.max_size,
             readonly,
         };
-        self.store.write(|write| -> Result<()> {
+        self.write_log(|write| -> Result<()> {
             let created = self.event(&Event::SessionCreated(created.clone()));
             let cause = Some(created.event_id.0);
             let mut events: Vec<NewEvent> = vec![created];

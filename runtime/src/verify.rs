@@ -39,13 +39,34 @@ impl Engine {
     /// read models with a fresh in-memory fold of the log. A broken chain
     /// is an `Err` naming the first bad position.
     pub fn verify(&self, digest: Option<Digest>, progress: &dyn Fn(u64)) -> Result<VerifyOutcome> {
+        self.sync()?;
         let report = self.store.verify_with_progress(digest, progress)?;
+        let mut mismatches = Vec::new();
+        if let Some(shared) = &self.shared {
+            // The shared log is walked too, and must hold the replica's
+            // head at its position (other nodes may have appended since).
+            shared.verify(digest)?;
+            let at_head = shared.query_page(&sandlog_eventstore::LogFilter {
+                from: Some(report.head),
+                limit: Some(1),
+                ..sandlog_eventstore::LogFilter::default()
+            })?;
+            let same = report.head == sandlog_core::Position::ZERO
+                || at_head.first().is_some_and(|envelope| {
+                    envelope.position == report.head && envelope.hash == report.head_hash
+                });
+            if !same {
+                mismatches.push(format!(
+                    "the shared log does not hold this node's head (position {}) with the same hash",
+                    report.head
+                ));
+            }
+        }
         let mut folded = State::default();
         for envelope in self.store.read_all_after(sandlog_core::Position::ZERO) {
             apply(&mut folded, &envelope?);
         }
         let stored = query::all_sessions_with_files(&self.store)?;
-        let mut mismatches = Vec::new();
         for (session_id, expected) in &folded.sessions {
             match stored.get(session_id) {
                 None => {
@@ -70,7 +91,7 @@ impl Engine {
         }
         let mut missing_blobs = Vec::new();
         for hash in sandlog_projections::evidence::referenced_blobs(&self.store)? {
-            if self.store.blob_state(&hash)? == sandlog_eventstore::BlobState::Missing {
+            if self.backend().blob_state(&hash)? == sandlog_eventstore::BlobState::Missing {
                 missing_blobs.push(hash.to_hex());
             }
         }

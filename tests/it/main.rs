@@ -54,6 +54,9 @@ mod proofs;
 /// The forensic HTML report: parsed, escaped, bounded, and rendered in
 /// headless Chromium.
 mod report;
+/// The engine on a log shared by several nodes (PostgreSQL): replicas,
+/// blobs read from the shared log, a lost replica, a foreign log.
+mod shared_log;
 /// Catch-up subscriptions and consumer checkpoints; a follower process
 /// killed and resumed while another appends.
 mod subscribe;

@@ -441,7 +441,7 @@ fn a_write_commits_its_blobs_and_events_together_or_not_at_all() {
             )?;
             // The same bytes again in the same transaction: stored once.
             assert!(write.put_blob(&code)?.deduplicated);
-            Ok((put, envelopes))
+            Ok::<_, EventStoreError>((put, envelopes))
         })
         .unwrap();
     assert_eq!(put.hash, code_hash);

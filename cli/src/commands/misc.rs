@@ -19,10 +19,18 @@ pub fn init(root: &Path, reset_log: bool, output: &Output) -> Result<u8, CliErro
     } else {
         None
     };
-    let root = Engine::init(root)?;
     // The first open appends the genesis event and completes the anchor;
-    // on an anchored root whose log is gone it fails (exit 4).
-    let engine = super::open(&root, output)?;
+    // on an anchored root whose log is gone it fails (exit 4). A node of a
+    // shared log makes its root as it opens: its database is a replica
+    // of the shared log, copied on open.
+    let engine = if output.store.is_some() {
+        super::open_with(root, true, output)?
+    } else {
+        let root = Engine::init(root)?;
+        super::open(&root, output)?
+    };
+    let root = engine.layout().root.clone();
+    let root = root.canonicalize().unwrap_or(root);
     // Compiled now, with a note on a terminal, so that the first `exec`
     // loads them in milliseconds. A runtime that is missing or does not
     // load leaves the root initialised; `exec` reports it again.

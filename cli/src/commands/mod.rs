@@ -147,6 +147,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
         EngineOptions {
             actor: output.actor.clone(),
             correlation_id: output.correlation_id,
+            store: output.store.clone(),
             create,
             on_compile: output.compile_observer(),
             ..EngineOptions::default()

@@ -11,7 +11,7 @@ use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, 
 use crate::append::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
-use crate::blobs::BlobPut;
+use crate::blobs::{BlobPut, ErasedBlob};
 use crate::error::{EventStoreError, Result};
 use crate::merkle::nodes_to_store;
 use crate::types::{ExpectedVersion, Head};
@@ -82,6 +82,40 @@ impl PgWrite<'_, '_, '_> {
     /// [`PgEventStore::put_blob`]).
     pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
         super::blobs::put_in(self.session, bytes, self.store.clock.now())
+    }
+}
+
+impl crate::backend::UnitOfWork for PgWrite<'_, '_, '_> {
+    fn append(
+        &mut self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Envelope>> {
+        PgWrite::append(self, stream, expected, events)
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
+        PgWrite::put_blob(self, bytes)
+    }
+
+    fn put_blob_from(
+        &mut self,
+        reader: &mut dyn std::io::Read,
+        expected: Option<Hash>,
+        size_max: u64,
+    ) -> Result<BlobPut> {
+        let now = self.store.clock.now();
+        super::blobs::put_from_in(self.session, reader, expected, size_max, now)
+    }
+
+    fn erase_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        let now = self.store.clock.now();
+        super::blobs::erase_in(self.session, hash, now)
+    }
+
+    fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
+        super::blobs::remove_in(self.session, hash)
     }
 }
 
@@ -168,8 +202,14 @@ impl PgEventStore {
     /// [`crate::EventStore::write`]; `f` runs with the append lock held, so
     /// keep it to storage work. Not retried: a lost race (only possible
     /// against a writer without the lock) returns the retryable error.
-    pub fn write<T>(&self, f: impl FnOnce(&mut PgWrite<'_, '_, '_>) -> Result<T>) -> Result<T> {
-        let outcome = self.with_write(|session| {
+    pub fn write<T, E>(
+        &self,
+        f: impl FnOnce(&mut PgWrite<'_, '_, '_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<EventStoreError>,
+    {
+        let outcome = self.with_write_fallible(|session| {
             // The append lock first, before any blob's: every transaction
             // that takes both takes them in this order, so none waits for
             // another in a cycle.

@@ -7,7 +7,9 @@ use std::io::Write as IoWrite;
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
 
-use crate::blobs::{BlobPut, BlobState, CHUNK_BYTES, decode_chunk, encode};
+use crate::blobs::{
+    BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, decode_chunk, encode, fill,
+};
 use crate::error::{EventStoreError, Result};
 
 use super::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
@@ -89,8 +91,21 @@ fn copy_chunks(
     Ok(())
 }
 
+/// Takes the advisory lock of blob `hash` for the rest of the transaction:
+/// concurrent puts and erasures of the same blob, from any process, go one
+/// after the other.
+fn lock_blob(session: &mut Session<'_>, hash: &Hash) -> Result<()> {
+    let [a, b, c, d, ..] = hash.0;
+    let key = i32::from_be_bytes([a, b, c, d]);
+    session.query(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&BLOB_LOCK_CLASS, &key],
+    )?;
+    Ok(())
+}
+
 /// Stores `bytes` under their blake3 inside the open transaction (see
-/// [`PgEventStore::put_blob`]), after the blob's advisory lock.
+/// [`PgEventStore::put_blob`]).
 pub(crate) fn put_in(session: &mut Session<'_>, bytes: &[u8], now: Timestamp) -> Result<BlobPut> {
     if bytes.len() > BLOB_BYTES_MAX {
         return Err(EventStoreError::BlobTooLarge {
@@ -98,50 +113,145 @@ pub(crate) fn put_in(session: &mut Session<'_>, bytes: &[u8], now: Timestamp) ->
             max: BLOB_BYTES_MAX,
         });
     }
-    let hash = Hash::of(bytes);
-    let [a, b, c, d, ..] = hash.0;
-    let key = i32::from_be_bytes([a, b, c, d]);
-    session.query(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&BLOB_LOCK_CLASS, &key],
-    )?;
-    let state = state_in(session, &hash)?;
-    if let BlobState::Kept { size, .. } = state {
-        return Ok(BlobPut {
-            hash,
-            size,
-            stored_bytes: 0,
-            deduplicated: true,
-        });
+    let mut reader = bytes;
+    put_from_in(
+        session,
+        &mut reader,
+        Some(Hash::of(bytes)),
+        bytes.len() as u64,
+        now,
+    )
+}
+
+/// Stores what `reader` yields, at most `size_max` bytes, inside the open
+/// transaction, as [`crate::Write::put_blob_from`] does on SQLite: chunks
+/// go in as they are read (never the whole blob in memory), under the
+/// expected hash or, without one, under a random key renamed once the
+/// stream is hashed; a savepoint drops them if the bytes are refused or
+/// already stored.
+pub(crate) fn put_from_in(
+    session: &mut Session<'_>,
+    reader: &mut dyn std::io::Read,
+    expected: Option<Hash>,
+    size_max: u64,
+    now: Timestamp,
+) -> Result<BlobPut> {
+    let size_max = size_max.min(BLOB_BYTES_MAX as u64);
+    if let Some(hash) = &expected {
+        lock_blob(session, hash)?;
+        if let BlobState::Kept { size, .. } = state_in(session, hash)? {
+            return Ok(BlobPut {
+                hash: *hash,
+                size,
+                stored_bytes: 0,
+                deduplicated: true,
+            });
+        }
     }
-    let mut stored = 0u64;
-    let mut seq = 0i64;
-    // An empty blob is one empty chunk, as on SQLite.
-    let mut chunks = bytes.chunks(CHUNK_BYTES).peekable();
-    let empty: [&[u8]; 1] = [&[]];
-    let chunks: Box<dyn Iterator<Item = &[u8]>> = if chunks.peek().is_none() {
-        Box::new(empty.into_iter())
-    } else {
-        Box::new(chunks)
+    let pending = *uuid::Uuid::new_v4().as_bytes();
+    let key: Vec<u8> = match &expected {
+        Some(hash) => hash.0.to_vec(),
+        None => pending.to_vec(),
     };
-    for raw in chunks {
+    session.transaction.batch_execute("SAVEPOINT blob_put")?;
+    match put_chunks(session, reader, expected, size_max, &key, now) {
+        Ok(put) if put.deduplicated => {
+            session
+                .transaction
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")?;
+            Ok(put)
+        }
+        Ok(put) => {
+            session
+                .transaction
+                .batch_execute("RELEASE SAVEPOINT blob_put")?;
+            Ok(put)
+        }
+        Err(error) => {
+            session
+                .transaction
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")?;
+            Err(error)
+        }
+    }
+}
+
+fn put_chunks(
+    session: &mut Session<'_>,
+    reader: &mut dyn std::io::Read,
+    expected: Option<Hash>,
+    size_max: u64,
+    key: &[u8],
+    now: Timestamp,
+) -> Result<BlobPut> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let (mut size, mut stored, mut seq) = (0u64, 0u64, 0i64);
+    loop {
+        let read = fill(reader, &mut buffer).map_err(|source| EventStoreError::Io {
+            context: "reading the bytes of a blob".into(),
+            source,
+        })?;
+        let Some(raw) = buffer.get(..read) else {
+            break;
+        };
+        // An empty blob is one empty chunk, as on SQLite.
+        if raw.is_empty() && seq > 0 {
+            break;
+        }
+        size += read as u64;
+        if size > size_max {
+            return Err(EventStoreError::BlobTooLarge {
+                size: usize::try_from(size).unwrap_or(usize::MAX),
+                max: usize::try_from(size_max).unwrap_or(usize::MAX),
+            });
+        }
+        hasher.update(raw);
         let (codec, data) = encode(raw)?;
         stored += data.len() as u64;
         session.execute(
             "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
              VALUES ($1, $2, $3, $4, $5, $6)",
             &[
-                &hash.0.as_slice(),
+                &key,
                 &seq,
                 &codec,
-                &to_i64(raw.len() as u64, "chunk length")?,
+                &to_i64(read as u64, "chunk length")?,
                 &Hash::of(raw).0.as_slice(),
                 &data,
             ],
         )?;
         seq += 1;
+        if read < CHUNK_BYTES {
+            break;
+        }
     }
-    match state {
+    let hash = Hash(*hasher.finalize().as_bytes());
+    match expected {
+        Some(expected) if expected != hash => {
+            return Err(EventStoreError::BlobHashMismatch {
+                expected,
+                actual: hash,
+            });
+        }
+        Some(_) => {}
+        None => {
+            lock_blob(session, &hash)?;
+            if let BlobState::Kept { size, .. } = state_in(session, &hash)? {
+                return Ok(BlobPut {
+                    hash,
+                    size,
+                    stored_bytes: 0,
+                    deduplicated: true,
+                });
+            }
+            session.execute(
+                "UPDATE blob_chunks SET hash = $2 WHERE hash = $1",
+                &[&key, &hash.0.as_slice()],
+            )?;
+        }
+    }
+    match state_in(session, &hash)? {
         // Bytes written again after an erasure are new evidence: the row
         // is kept, its chunks come back.
         BlobState::Erased { .. } => {
@@ -156,7 +266,7 @@ pub(crate) fn put_in(session: &mut Session<'_>, bytes: &[u8], now: Timestamp) ->
                  VALUES ($1, $2, $3, $4, $5)",
                 &[
                     &hash.0.as_slice(),
-                    &to_i64(bytes.len() as u64, "blob size")?,
+                    &to_i64(size, "blob size")?,
                     &to_i64(stored, "stored bytes")?,
                     &seq,
                     &now.unix_micros(),
@@ -166,10 +276,67 @@ pub(crate) fn put_in(session: &mut Session<'_>, bytes: &[u8], now: Timestamp) ->
     }
     Ok(BlobPut {
         hash,
-        size: bytes.len() as u64,
+        size,
         stored_bytes: stored,
         deduplicated: false,
     })
+}
+
+/// Deletes a blob's chunks; what it held, `None` if it is not stored.
+fn delete_chunks(session: &mut Session<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
+    lock_blob(session, hash)?;
+    let row = session.query_opt(
+        "SELECT size, stored, erased_at FROM blob_index WHERE hash = $1",
+        &[&hash.0.as_slice()],
+    )?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let size: i64 = row.try_get(0)?;
+    let stored: i64 = row.try_get(1)?;
+    let erased_at: Option<i64> = row.try_get(2)?;
+    session.execute(
+        "DELETE FROM blob_chunks WHERE hash = $1",
+        &[&hash.0.as_slice()],
+    )?;
+    Ok(Some(ErasedBlob {
+        hash: *hash,
+        size: to_u64(size),
+        stored_bytes: if erased_at.is_some() {
+            0
+        } else {
+            to_u64(stored)
+        },
+    }))
+}
+
+/// Erases a kept blob's bytes inside the open transaction, keeping its
+/// index row with the time of the erasure (see [`crate::Write::erase_blob`]).
+pub(crate) fn erase_in(
+    session: &mut Session<'_>,
+    hash: &Hash,
+    now: Timestamp,
+) -> Result<Option<ErasedBlob>> {
+    lock_blob(session, hash)?;
+    if !matches!(state_in(session, hash)?, BlobState::Kept { .. }) {
+        return Ok(None);
+    }
+    let erased = delete_chunks(session, hash)?;
+    session.execute(
+        "UPDATE blob_index SET stored = 0, chunks = 0, erased_at = $2 WHERE hash = $1",
+        &[&hash.0.as_slice(), &now.unix_micros()],
+    )?;
+    Ok(erased)
+}
+
+/// Deletes a blob and its index row inside the open transaction.
+pub(crate) fn remove_in(session: &mut Session<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
+    let removed = delete_chunks(session, hash)?;
+    session.execute(
+        "DELETE FROM blob_index WHERE hash = $1",
+        &[&hash.0.as_slice()],
+    )?;
+    Ok(removed)
 }
 
 impl PgEventStore {
@@ -199,6 +366,28 @@ impl PgEventStore {
                 copy_chunks(session, hash, size, out)?;
             }
             Ok(state)
+        })
+    }
+
+    /// How many blobs are kept and erased, and their bytes.
+    pub fn blob_totals(&self) -> Result<BlobTotals> {
+        self.with_read(|session| {
+            let rows = session.query(
+                "SELECT count(*) FILTER (WHERE erased_at IS NULL), \
+                 coalesce(sum(size) FILTER (WHERE erased_at IS NULL), 0)::int8, \
+                 coalesce(sum(stored) FILTER (WHERE erased_at IS NULL), 0)::int8, \
+                 count(*) FILTER (WHERE erased_at IS NOT NULL) FROM blob_index",
+                &[],
+            )?;
+            let Some(row) = rows.first() else {
+                return Ok(BlobTotals::default());
+            };
+            Ok(BlobTotals {
+                kept: to_u64(row.try_get(0)?),
+                kept_bytes: to_u64(row.try_get(1)?),
+                stored_bytes: to_u64(row.try_get(2)?),
+                erased: to_u64(row.try_get(3)?),
+            })
         })
     }
 

@@ -47,10 +47,6 @@ fn checkpoint_of(row: &Row) -> Result<CheckpointRecord> {
 }
 
 impl Portable for PgEventStore {
-    fn describe(&self) -> String {
-        format!("PostgreSQL database {}", self.database())
-    }
-
     fn blob_count(&self) -> Result<u64> {
         self.with_read(|session| {
             let row = session.query_opt("SELECT count(*) FROM blob_index", &[])?;

@@ -300,6 +300,33 @@ impl PgEventStore {
         })
     }
 
+    /// [`PgEventStore::with_write`] for a caller's error type: `f`'s error
+    /// rolls the transaction back and is returned as it is.
+    pub(crate) fn with_write_fallible<T, E>(
+        &self,
+        f: impl FnOnce(&mut Session<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<EventStoreError>,
+    {
+        let outcome = with_conn(&self.writer, &self.config, |conn| {
+            let transaction = conn.client.transaction()?;
+            let mut session = Session {
+                transaction,
+                statements: &mut conn.statements,
+            };
+            match f(&mut session) {
+                Ok(value) => {
+                    session.transaction.commit()?;
+                    Ok(Ok(value))
+                }
+                // Dropping the transaction rolls it back.
+                Err(error) => Ok(Err(error)),
+            }
+        });
+        outcome?
+    }
+
     /// Runs `f` in a REPEATABLE READ, READ ONLY transaction on the reader
     /// connection: one consistent snapshot.
     ///
@@ -406,6 +433,10 @@ pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64> {
 }
 
 impl crate::Backend for PgEventStore {
+    fn name(&self) -> String {
+        format!("PostgreSQL database {}", self.database)
+    }
+
     fn append(
         &self,
         stream: sandlog_core::StreamId,
@@ -475,6 +506,20 @@ impl crate::Backend for PgEventStore {
         size: u64,
     ) -> Result<Vec<sandlog_core::merkle::MerkleHash>> {
         PgEventStore::inclusion_proof(self, position, size)
+    }
+
+    fn blob_totals(&self) -> Result<crate::BlobTotals> {
+        PgEventStore::blob_totals(self)
+    }
+
+    fn write_unit(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::UnitOfWork) -> Result<bool>,
+    ) -> Result<bool> {
+        use crate::backend::Unwritten;
+        Unwritten::outcome(PgEventStore::write(self, |write| {
+            Unwritten::decide(f(write))
+        }))
     }
 
     fn consistency_proof(

@@ -356,7 +356,7 @@ impl Engine {
                 };
                 fsync_dir(&self.layout.workspaces)
                     .map_err(RuntimeError::io("syncing workspaces"))?;
-                self.store.append(
+                self.append_log(
                     StreamId::System,
                     ExpectedVersion::Any,
                     &[applier_event(&event)],

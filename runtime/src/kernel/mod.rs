@@ -621,7 +621,7 @@ fn record(engine: &Engine, session_id: SessionId, event: &Event) {
     if !active {
         return;
     }
-    match engine.store.append(
+    match engine.append_log(
         session_id.stream(),
         ExpectedVersion::Any,
         &[engine.event(event)],

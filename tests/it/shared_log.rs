@@ -1,0 +1,186 @@
+//! The engine on a log shared by several nodes (a real PostgreSQL server,
+//! see `support::pg`): each node's root holds its workspaces and a replica
+//! of the log; every write commits in the shared log first and is copied
+//! verbatim into the writer's replica; other nodes copy it on their next
+//! write, open or `sync`. Replicas and the shared log hold the same events
+//! (same hashes, same Merkle root), blobs are read from the shared log,
+//! and a shared log that stops being the one a root copied is refused.
+#![cfg(test)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sandlog_core::{ManualClock, Outcome, Position, Timestamp, WorkspacePath};
+use sandlog_eventstore::postgres::PgEventStore;
+use sandlog_eventstore::{Backend, EventStore, LogFilter, OpenOptions};
+use sandlog_projections::replay::Cut;
+use sandlog_runtime::history::ExecSelector;
+use sandlog_runtime::{Engine, EngineOptions, ExecRequest, RuntimeError};
+use sandlog_tests::engine::{FixtureError, TEST_EPOCH_MICROS, options};
+use sandlog_tests::pg;
+
+fn path(text: &str) -> WorkspacePath {
+    WorkspacePath::parse(text).unwrap()
+}
+
+/// Options for a node of the shared log at `url`, creating its root.
+fn node_options(clock: &ManualClock, url: &str) -> EngineOptions {
+    EngineOptions {
+        store: Some(url.to_owned()),
+        create: true,
+        ..options(clock)
+    }
+}
+
+/// Every event of `store`, in order.
+fn all_events(store: &dyn Backend) -> Result<Vec<sandlog_core::Envelope>, FixtureError> {
+    let mut events = Vec::new();
+    loop {
+        let page = store.query_page(&LogFilter {
+            from: Some(Position(events.len() as u64 + 1)),
+            limit: Some(1000),
+            ..LogFilter::default()
+        })?;
+        if page.is_empty() {
+            return Ok(events);
+        }
+        events.extend(page);
+    }
+}
+
+/// The replica file of a node's root, opened beside its engine.
+fn replica(root: &Path) -> Result<EventStore, FixtureError> {
+    Ok(EventStore::open(
+        &root.join("sandlog.db"),
+        OpenOptions {
+            create: false,
+            ..OpenOptions::default()
+        },
+    )?)
+}
+
+/// Two nodes on one shared log: sessions, Python runs and host writes on
+/// each; both replicas and the shared log hold the same events and Merkle
+/// root; each node reads the other's sessions, files' history and
+/// execution output (blobs come from the shared log); both verify.
+#[test]
+fn two_nodes_write_one_log_and_read_each_other() -> Result<(), FixtureError> {
+    let db = pg::database()?;
+    let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let a = Engine::open(dir_a.path(), node_options(&clock, &db.url))?;
+    let b = Engine::open(dir_b.path(), node_options(&clock, &db.url))?;
+    assert!(a.is_shared() && b.is_shared());
+
+    let on_a = a.create_session(BTreeMap::new())?.session_id;
+    let run = a.execute(
+        on_a,
+        &ExecRequest::python("open('out.txt','w').write('from a'); print('hello from a')"),
+    )?;
+    assert_eq!(
+        run.outcome,
+        Outcome::Ok,
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    a.write_file(on_a, &path("notes/a.txt"), b"written on a", false)?;
+    let on_b = b.create_session(BTreeMap::new())?.session_id;
+    b.write_file(on_b, &path("b.txt"), b"written on b", false)?;
+    a.sync()?;
+
+    // One log: the same events, byte for byte, everywhere.
+    let shared = PgEventStore::connect(&db.url)?;
+    let events = all_events(&shared)?;
+    assert!(events.len() >= 6, "{} events", events.len());
+    assert_eq!(all_events(&replica(dir_a.path())?)?, events);
+    assert_eq!(all_events(&replica(dir_b.path())?)?, events);
+    let size = events.len() as u64;
+    assert_eq!(
+        replica(dir_a.path())?.merkle_root(size)?,
+        shared.merkle_root(size)?
+    );
+    assert_eq!(
+        replica(dir_b.path())?.merkle_root(size)?,
+        shared.merkle_root(size)?
+    );
+
+    // Each node sees the other's sessions and reads their history; the
+    // bytes come from the shared log.
+    let seen_on_b: Vec<_> = b
+        .sessions(None)?
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert!(seen_on_b.contains(&on_a) && seen_on_b.contains(&on_b));
+    let record = b.execution_record(on_a, ExecSelector::Number(1), None)?;
+    assert_eq!(record.stdout.text.as_deref(), Some("hello from a\n"));
+    let head = Cut::Position(b.head()?.position);
+    let past = b.session_as_of(on_a, head)?;
+    assert!(
+        past.writes.contains_key(&path("notes/a.txt")),
+        "{:?}",
+        past.writes.keys()
+    );
+    let mut bytes = Vec::new();
+    b.read_file_at(on_a, &path("out.txt"), head, &mut bytes)?;
+    assert_eq!(bytes, b"from a");
+
+    for engine in [&a, &b] {
+        let verified = engine.verify(None, &|_| {})?;
+        assert!(verified.ok, "{verified:?}");
+        assert_eq!(verified.position, size);
+    }
+    Ok(())
+}
+
+/// A node whose replica is lost copies the shared log again on open, and
+/// its read models come back; a root opened against another (new) shared
+/// log is refused by its anchor, and a shared log altered under a replica
+/// fails verification by position.
+#[test]
+fn a_lost_replica_is_copied_again_and_a_foreign_or_altered_log_is_refused()
+-> Result<(), FixtureError> {
+    let db = pg::database()?;
+    let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
+    let dir = tempfile::tempdir()?;
+    let session = {
+        let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
+        let session = engine.create_session(BTreeMap::new())?.session_id;
+        engine.write_file(session, &path("kept.txt"), b"kept", false)?;
+        session
+    };
+    std::fs::remove_file(dir.path().join("sandlog.db"))?;
+    let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
+    assert_eq!(engine.session(session)?.file_count, 1);
+    assert_eq!(engine.read_file(session, &path("kept.txt"))?, b"kept");
+    assert!(engine.verify(None, &|_| {})?.ok);
+    drop(engine);
+
+    // Another database is another log: the anchor names this one.
+    let other = pg::database()?;
+    match Engine::open(dir.path(), node_options(&clock, &other.url)) {
+        Err(error @ RuntimeError::LogMissing { .. }) => {
+            assert!(error.to_string().contains("the shared log"), "{error}");
+            assert!(error.is_integrity());
+        }
+        other => panic!("expected the log to be missing, got {other:?}"),
+    }
+    // Nothing was appended to it: the root's genesis is not forged there.
+    assert_eq!(
+        PgEventStore::connect(&other.url)?.head()?.position,
+        Position::ZERO
+    );
+
+    // An event altered in the shared log after this node copied it.
+    let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
+    // The tamperer owns the database: the append-only trigger goes first.
+    db.client()?.batch_execute(
+        "ALTER TABLE events DISABLE TRIGGER USER; \
+         UPDATE events SET payload = convert_to('{}', 'UTF8') WHERE position = 2",
+    )?;
+    match engine.verify(None, &|_| {}) {
+        Err(error) => assert!(error.is_integrity(), "{error}"),
+        Ok(outcome) => panic!("verify passed over an altered shared log: {outcome:?}"),
+    }
+    Ok(())
+}
