@@ -22,7 +22,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sandlog_core::{EventId, Hash, NewEvent, Position, StreamId, Timestamp};
-use sandlog_eventstore::{Backend, ExpectedVersion, LogFilter};
+use sandlog_eventstore::{Backend, EventStoreError, ExpectedVersion, LogFilter};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -217,8 +217,19 @@ pub fn check(
             }
         }
         None => {
-            let Some(first) = first else {
-                return append_genesis(root, store, new_anchor(now), actor);
+            let first = match first {
+                Some(first) => first,
+                None => match append_genesis(root, store, new_anchor(now), actor) {
+                    // Another root's first open appended the genesis of a
+                    // shared log first: this root joins that log.
+                    Err(
+                        conflict @ RuntimeError::Store(EventStoreError::VersionConflict { .. }),
+                    ) => match first_event(store)? {
+                        Some(first) => first,
+                        None => return Err(conflict),
+                    },
+                    other => return other,
+                },
             };
             let anchor = Anchor {
                 root_id: genesis_root_id(&first).unwrap_or_else(Uuid::new_v4),

@@ -632,10 +632,7 @@ impl Engine {
         version: sandlog_core::StreamVersion,
         events: &[NewEvent],
     ) -> Result<Vec<sandlog_core::Envelope>> {
-        match self
-            .store
-            .append(session_id.stream(), ExpectedVersion::Exact(version), events)
-        {
+        match self.append_log(session_id.stream(), ExpectedVersion::Exact(version), events) {
             Ok(envelopes) => Ok(envelopes),
             Err(EventStoreError::VersionConflict {
                 actual: Some(actual),

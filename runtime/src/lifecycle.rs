@@ -486,8 +486,7 @@ impl Engine {
         });
         let mut completed = self.event(&completed).correlated(correlation);
         completed.causation_id = Some(started_id);
-        self.store
-            .append(StreamId::System, ExpectedVersion::Any, &[completed])?;
+        self.append_log(StreamId::System, ExpectedVersion::Any, &[completed])?;
         tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
         self.maybe_checkpoint(true);
         Ok(report)
@@ -791,18 +790,15 @@ impl Engine {
                     reason: reason.to_owned(),
                 }));
                 let intent_id = intent.event_id.0;
-                self.store
-                    .append(
-                        session_id.stream(),
-                        ExpectedVersion::Exact(session.version),
-                        std::slice::from_ref(&intent),
-                    )
-                    .map_err(|error| match error {
-                        EventStoreError::VersionConflict { .. } => {
-                            RuntimeError::Conflict(session_id)
-                        }
-                        other => other.into(),
-                    })?;
+                self.append_log(
+                    session_id.stream(),
+                    ExpectedVersion::Exact(session.version),
+                    std::slice::from_ref(&intent),
+                )
+                .map_err(|error| match error {
+                    EventStoreError::VersionConflict { .. } => RuntimeError::Conflict(session_id),
+                    other => other.into(),
+                })?;
                 (session.version.next(), Some(intent_id))
             }
             SessionStatus::Deleting => (

@@ -184,3 +184,160 @@ fn a_lost_replica_is_copied_again_and_a_foreign_or_altered_log_is_refused()
     }
     Ok(())
 }
+
+/// What one worker printed: its acknowledged actions and whether it ended.
+#[derive(Debug, Default)]
+struct Acks {
+    created: Vec<String>,
+    wrote: Vec<String>,
+    executed: Vec<String>,
+    pruned: Vec<String>,
+    done: bool,
+}
+
+fn read_acks(lines: &[String]) -> Acks {
+    let mut acks = Acks::default();
+    for line in lines {
+        match line.split_once(' ') {
+            Some(("created", id)) => acks.created.push(id.to_owned()),
+            Some(("wrote", id)) => acks.wrote.push(id.to_owned()),
+            Some(("executed", id)) => acks.executed.push(id.to_owned()),
+            Some(("pruned", id)) => acks.pruned.push(id.to_owned()),
+            _ if line == "done" => acks.done = true,
+            _ => {}
+        }
+    }
+    acks
+}
+
+/// Eight worker processes, four on each of two nodes, create sessions,
+/// write, run Python and prune at once on one shared log, and one of them
+/// is SIGKILLed mid-run: the shared log has gapless positions, one event
+/// per id and a chain that verifies; every action a worker saw
+/// acknowledged (the killed one's too) is in it; both nodes' replicas
+/// copy it exactly and verify.
+#[test]
+fn eight_processes_on_two_nodes_share_one_log() -> Result<(), FixtureError> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    const WORKERS_PER_NODE: usize = 4;
+    const ROUNDS: &str = "6";
+    let db = pg::database()?;
+    let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
+    let nodes = [("a", tempfile::tempdir()?), ("b", tempfile::tempdir()?)];
+    // Each node's root exists before its workers start, as after `init`.
+    for (_, dir) in &nodes {
+        Engine::open(dir.path(), node_options(&clock, &db.url))?;
+    }
+
+    let mut workers = Vec::new();
+    for (node, dir) in &nodes {
+        for _ in 0..WORKERS_PER_NODE {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_node-child"))
+                .arg(&db.url)
+                .arg(dir.path())
+                .arg(node)
+                .arg(ROUNDS)
+                .env(
+                    "SANDLOG_RUNTIMES_DIR",
+                    sandlog_tests::engine::runtimes_dir(),
+                )
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            let stdout = child.stdout.take().ok_or("no stdout")?;
+            let mut lines = BufReader::new(stdout).lines();
+            let ready = lines.next().transpose()?;
+            assert_eq!(ready.as_deref(), Some("ready"), "worker of node {node}");
+            workers.push((*node, child, lines));
+        }
+    }
+    for (_, child, _) in &mut workers {
+        writeln!(child.stdin.as_mut().ok_or("no stdin")?)?;
+    }
+
+    // The first worker is killed after its third acknowledgement; the
+    // others run to the end.
+    let mut all = Vec::new();
+    for (index, (node, mut child, lines)) in workers.into_iter().enumerate() {
+        let mut seen = Vec::new();
+        for line in lines {
+            seen.push(line?);
+            if index == 0 && seen.len() == 3 {
+                child.kill()?;
+                break;
+            }
+        }
+        let output = child.wait_with_output()?;
+        let acks = read_acks(&seen);
+        if index != 0 && !output.status.success() {
+            // Where a replica parted from the shared log, for the failure
+            // message below.
+            let shared = PgEventStore::connect(&db.url)?;
+            let pg_events = all_events(&shared)?;
+            for (_, dir) in &nodes {
+                let local = all_events(&replica(dir.path())?)?;
+                for (l, p) in local.iter().zip(&pg_events) {
+                    if l != p {
+                        eprintln!("replica differs at {}:\n{l:?}\nshared: {p:?}", l.position);
+                        break;
+                    }
+                }
+            }
+        }
+        if index == 0 {
+            assert!(!acks.done);
+        } else {
+            assert!(
+                output.status.success() && acks.done,
+                "worker {index} of node {node}: {}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        all.push(acks);
+    }
+
+    let shared = PgEventStore::connect(&db.url)?;
+    let events = all_events(&shared)?;
+    sandlog_tests::check_log_shape(&events)?;
+    assert!(shared.verify(None)?.events == events.len() as u64);
+    let kinds_of = |session: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|envelope| match envelope.stream {
+                sandlog_core::StreamId::Session(id) => id.to_string() == session,
+                sandlog_core::StreamId::System => false,
+            })
+            .map(|envelope| envelope.kind.clone())
+            .collect()
+    };
+    for acks in &all {
+        for (ids, kind) in [
+            (&acks.created, "session.created"),
+            (&acks.wrote, "file.written"),
+            (&acks.executed, "session.executed"),
+            (&acks.pruned, "session.pruned"),
+        ] {
+            for id in ids {
+                assert!(
+                    kinds_of(id).iter().any(|k| k == kind),
+                    "{kind} of {id} was acknowledged but is not in the log: {:?}",
+                    kinds_of(id)
+                );
+            }
+        }
+    }
+    let created: usize = all.iter().map(|acks| acks.created.len()).sum();
+    assert!(created >= 7 * 6 + 1, "{created} sessions created");
+
+    for (_, dir) in &nodes {
+        let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
+        let verified = engine.verify(None, &|_| {})?;
+        assert!(verified.ok, "{verified:?}");
+        assert_eq!(all_events(&replica(dir.path())?)?, events);
+    }
+    Ok(())
+}

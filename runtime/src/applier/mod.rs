@@ -290,8 +290,7 @@ impl Engine {
             .event(&completed)
             .correlated(self.run_correlation(run_id));
         event.actor = "applier".to_owned();
-        self.store
-            .append(StreamId::System, ExpectedVersion::Any, &[event])?;
+        self.append_log(StreamId::System, ExpectedVersion::Any, &[event])?;
         Ok(report)
     }
 
@@ -368,8 +367,7 @@ impl Engine {
                     .into_iter()
                     .map(|detected| applier_event(&Event::WorkspaceDriftDetected(detected)))
                     .collect();
-                self.store
-                    .append(session_id.stream(), ExpectedVersion::Any, &events)?;
+                self.append_log(session_id.stream(), ExpectedVersion::Any, &events)?;
                 tracing::warn!(target: "sandlog::applier", %session_id, items = drift.len(), "drift recorded");
             }
         }
