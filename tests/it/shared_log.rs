@@ -331,7 +331,8 @@ fn eight_processes_on_two_nodes_share_one_log() -> Result<(), FixtureError> {
         }
     }
     let created: usize = all.iter().map(|acks| acks.created.len()).sum();
-    assert!(created >= 7 * 6 + 1, "{created} sessions created");
+    // Seven workers ran every round; the killed one created one at least.
+    assert!(created > 7 * 6, "{created} sessions created");
 
     for (_, dir) in &nodes {
         let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
