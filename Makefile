@@ -47,6 +47,7 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 
 python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
+	$(PYO3_ENV) cargo build -p sandlog-tests --bin pg-server
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
 # The MCP server driven by the official Python client, installed from the

@@ -66,6 +66,9 @@ pub trait Backend: Send + Sync {
     fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>>;
     /// How many blobs are kept and erased, and their bytes.
     fn blob_totals(&self) -> Result<BlobTotals>;
+    /// Every blob's address, with whether its bytes are kept, in address
+    /// order (for `gc` and audits).
+    fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>>;
     /// Runs `f` in one write transaction (see [`EventStore::write`]) and
     /// commits if it returns `Ok(true)`; `Ok(false)` or an error rolls
     /// everything back. Returns whether it committed. `f` is called once.
@@ -205,6 +208,10 @@ impl Backend for EventStore {
 
     fn blob_totals(&self) -> Result<BlobTotals> {
         EventStore::blob_totals(self)
+    }
+
+    fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>> {
+        EventStore::blob_hashes(self)
     }
 
     fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool> {

@@ -109,6 +109,17 @@ def _seconds(name: str, value: object) -> Optional[float]:
     return seconds
 
 
+def _store(store: Optional[str]) -> Optional[str]:
+    """Checks a ``store`` argument: ``None`` or a non-empty connection string."""
+    if store is None:
+        return None
+    if not isinstance(store, str):
+        raise TypeError(f"store must be a str or None, not {type(store).__name__}")
+    if not store.strip() or "\x00" in store:
+        raise InvalidInput(f"store {store!r}: give a PostgreSQL URL (postgres://user@host/db), or None for the root's own file")
+    return store
+
+
 def _path(name: str, value: object) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -385,10 +396,14 @@ class Engine:
         self._native = native
 
     @classmethod
-    def init(cls, root: PathLike) -> "Engine":
+    def init(cls, root: PathLike, *, store: Optional[str] = None) -> "Engine":
         """Creates a root at ``root`` if there is none (its directories, the
-        database, the anchor), then opens it."""
+        database, the anchor), then opens it. With ``store``, a PostgreSQL
+        URL, the root is a node of that shared log (see :meth:`open`)."""
         path = _path("root", root)
+        store = _store(store)
+        if store is not None:
+            return cls(_sandlog.Engine.open(path, None, store, True))
         _sandlog.Engine.init(path)
         return cls(_sandlog.Engine.open(path))
 
@@ -398,17 +413,19 @@ class Engine:
     ) -> "Engine":
         """Opens an existing root; raises :class:`NotFound` if there is none.
 
-        ``store`` is reserved for other event stores; only the embedded
-        SQLite store (``None``) is supported yet. ``correlation_id`` (a task
-        id such as ``"task-42"``, or a UUID) is recorded on every event this
-        handle appends, as the CLI's ``--correlation-id`` records it;
+        ``store``: ``None`` keeps the log in the root's own SQLite file; a
+        PostgreSQL URL (``postgres://user@host/db``) or ``key=value``
+        connection string makes the root a node of a log shared by several
+        hosts: writes commit there, and the root keeps its workspaces and a
+        replica of the log that reads are served from. ``correlation_id`` (a
+        task id such as ``"task-42"``, or a UUID) is recorded on every event
+        this handle appends, as the CLI's ``--correlation-id`` records it;
         ``sandlog log --correlation task-42`` finds them."""
         path = _path("root", root)
-        if store is not None:
-            raise InvalidInput(f"store {store!r}: only the embedded SQLite store is supported yet; pass store=None")
+        store = _store(store)
         if correlation_id is not None and not isinstance(correlation_id, str):
             raise TypeError(f"correlation_id must be a str, not {type(correlation_id).__name__}")
-        return cls(_sandlog.Engine.open(path, correlation_id))
+        return cls(_sandlog.Engine.open(path, correlation_id, store))
 
     def close(self) -> None:
         """Closes this handle. Calls already running in other threads finish."""

@@ -216,10 +216,18 @@ impl PyEngine {
     }
 
     /// Opens an existing root; `correlation_id` (a task id or a UUID) is
-    /// recorded on every event this engine appends.
+    /// recorded on every event this engine appends. With `store` (a
+    /// PostgreSQL URL), the root is a node of that shared log; `create`
+    /// makes the node's root if it is missing.
     #[staticmethod]
-    #[pyo3(signature = (root, correlation_id=None))]
-    fn open(py: Python<'_>, root: PathBuf, correlation_id: Option<String>) -> PyResult<PyEngine> {
+    #[pyo3(signature = (root, correlation_id=None, store=None, create=false))]
+    fn open(
+        py: Python<'_>,
+        root: PathBuf,
+        correlation_id: Option<String>,
+        store: Option<String>,
+        create: bool,
+    ) -> PyResult<PyEngine> {
         let engine = run(py, move || {
             let options = EngineOptions {
                 actor: "api:python".to_owned(),
@@ -227,6 +235,8 @@ impl PyEngine {
                     .as_deref()
                     .map(sandlog_runtime::core::correlation_id)
                     .transpose()?,
+                store,
+                create,
                 ..EngineOptions::default()
             };
             Ok(Engine::open(&root, options)?)

@@ -32,6 +32,31 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("SANDLOG_CACHE_DIR", cache)
 
 
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this run, from ``target/*/pg-server``
+    (the Rust tests' server: ``$SANDLOG_TEST_PG_URL``, else a throwaway
+    cluster under ``target/``), held until the run ends. No server fails
+    the tests that need it, with the reason: never a skip."""
+    import subprocess
+
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    binary = target / "debug" / "pg-server"
+    if not binary.is_file():
+        raise RuntimeError(f"{binary} is missing: build it with `cargo build -p sandlog-tests --bin pg-server` (`make python-test` does)")
+    server = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert server.stdout is not None and server.stdin is not None
+    url = server.stdout.readline().strip()
+    if not url:
+        _, errors = server.communicate(timeout=120)
+        raise RuntimeError(f"no PostgreSQL server for the tests: {errors.strip()}")
+    try:
+        yield url
+    finally:
+        server.stdin.close()
+        server.wait(timeout=120)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "root"

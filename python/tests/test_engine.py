@@ -58,12 +58,31 @@ def test_open_with_a_correlation_id_records_it_on_every_event(root: Path) -> Non
         sandlog.Engine.open(root, correlation_id=42)  # type: ignore[arg-type]
 
 
-def test_open_accepts_only_the_embedded_store(root: Path) -> None:
-    sandlog.Engine.init(root).close()
-    with pytest.raises(sandlog.InvalidInput, match="only the embedded SQLite store is supported yet"):
-        sandlog.Engine.open(root, store="postgres://db")
-    with sandlog.Engine.open(root, store=None):
-        pass
+def test_two_roots_are_nodes_of_one_shared_postgresql_log(tmp_path: Path, pg_url: str) -> None:
+    with sandlog.Engine.init(tmp_path / "a", store=pg_url) as a, sandlog.Engine.init(tmp_path / "b", store=pg_url) as b:
+        sid = a.create_session()
+        run = a.execute(sid, "print(6 * 7)")
+        assert run.stdout == "42\n"
+        a.write_file(sid, "notes.txt", b"on a")
+        # The other node reads the session and its log from the shared log.
+        seen = b.session(sid)
+        assert seen.exec_count == 1
+        kinds = [event["kind"] for event in b.log(session_id=sid)]
+        assert kinds[:1] == ["session.created"] and "file.written" in kinds
+        assert a.verify().ok and b.verify().ok
+    # The root's own SQLite file stays the default.
+    with sandlog.Engine.init(tmp_path / "alone") as alone, sandlog.Engine.open(tmp_path / "alone", store=None):
+        assert alone.create_session()
+
+
+def test_a_bad_store_is_refused_with_its_reason(tmp_path: Path) -> None:
+    with pytest.raises(sandlog.InvalidInput, match="PostgreSQL URL"):
+        sandlog.Engine.init(tmp_path / "r", store=" ")
+    with pytest.raises(TypeError):
+        sandlog.Engine.open(tmp_path / "r", store=42)  # type: ignore[arg-type]
+    # A server that is not there: an error naming the failure, no root made.
+    with pytest.raises(sandlog.Error):
+        sandlog.Engine.init(tmp_path / "r", store="host=/nonexistent-socket-dir dbname=x")
 
 
 def test_a_closed_engine_refuses_calls(root: Path) -> None:

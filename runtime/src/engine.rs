@@ -292,15 +292,15 @@ impl Engine {
     /// root [`RuntimeError::NotARoot`], and a root whose anchor says it had
     /// a log that is now missing, empty or replaced an integrity error.
     pub fn open(root: &Path, options: EngineOptions) -> Result<Engine> {
+        if let Some(url) = options.store.clone() {
+            return Engine::open_shared(root, &url, options);
+        }
         let layout = Layout::new(root);
         if !root.is_dir() {
             if !options.create {
                 return Err(RuntimeError::RootMissing(root.to_owned()));
             }
             Engine::init(root)?;
-        }
-        if let Some(url) = options.store.clone() {
-            return Engine::open_shared(root, &url, options);
         }
         let mut found = anchor::read(root)?;
         let database = anchor::database_present(&layout.database);
@@ -537,11 +537,19 @@ impl Engine {
 
     /// A session (or [`RuntimeError::UnknownSession`]).
     pub fn session(&self, session_id: SessionId) -> Result<SessionSummary> {
+        if let Some(session) = query::session(&self.store, session_id)? {
+            return Ok(session);
+        }
+        // Another node may have created it since this replica last copied.
+        if self.refresh()? == 0 {
+            return Err(RuntimeError::UnknownSession(session_id));
+        }
         query::session(&self.store, session_id)?.ok_or(RuntimeError::UnknownSession(session_id))
     }
 
     /// Sessions, optionally of one status.
     pub fn sessions(&self, status: Option<SessionStatus>) -> Result<Vec<SessionSummary>> {
+        self.refresh()?;
         Ok(query::sessions(&self.store, status)?)
     }
 

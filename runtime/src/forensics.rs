@@ -17,36 +17,45 @@ impl Engine {
     /// The events matching `filter`, in position order, read a page at a
     /// time.
     pub fn log(&self, filter: LogFilter) -> impl Iterator<Item = Result<Envelope>> + '_ {
-        self.store
-            .query(filter)
-            .map(|envelope| envelope.map_err(Into::into))
+        // A shared log is copied first; a failure to is the first item.
+        let refreshed = self.refresh().err();
+        refreshed.into_iter().map(Err).chain(
+            self.store
+                .query(filter)
+                .map(|envelope| envelope.map_err(Into::into)),
+        )
     }
 
     /// One stream's events, in order.
     pub fn stream_events(&self, stream: StreamId) -> Result<Vec<Envelope>> {
+        self.refresh()?;
         Ok(self.store.read_stream(stream)?)
     }
 
     /// The log's head: the last position and its hash.
     pub fn head(&self) -> Result<Head> {
+        self.refresh()?;
         Ok(self.store.head()?)
     }
 
     /// The head as a digest (`POS:HASH`) to keep where the database's
     /// writer cannot reach.
     pub fn digest(&self) -> Result<Digest> {
+        self.refresh()?;
         Ok(self.store.digest()?)
     }
 
     /// The whole state as of `cut`, folded from the log; `progress` gets
     /// (events folded, events to fold).
     pub fn state_at(&self, cut: Cut, progress: impl FnMut(u64, u64)) -> Result<State> {
+        self.refresh()?;
         Ok(replay::state_at_with_progress(&self.store, cut, progress)?)
     }
 
     /// One session as of `cut`, folded from its events (`None` if it did
     /// not exist then).
     pub fn session_at(&self, session_id: SessionId, cut: Cut) -> Result<Option<SessionState>> {
+        self.refresh()?;
         Ok(replay::session_at(&self.store, session_id, cut)?)
     }
 

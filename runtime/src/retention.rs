@@ -193,7 +193,7 @@ impl Engine {
     pub fn gc(&self, evidence_older_than: Option<Duration>) -> Result<GcReport> {
         let mut report = GcReport::default();
         let candidates: Vec<Hash> = self
-            .store
+            .backend()
             .blob_hashes()?
             .into_iter()
             .map(|(hash, _)| hash)
@@ -201,6 +201,10 @@ impl Engine {
         self.write_log(|write| -> Result<()> {
             // Under the write lock no event can start naming a blob, so a
             // blob found unreferenced here stays so until it is removed.
+            // With a shared log the lock is the shared log's: the replica,
+            // where references are looked up, first copies every event
+            // committed before it (other nodes' too).
+            self.sync()?;
             for hash in &candidates {
                 if refs::is_referenced(&self.store, hash)? {
                     continue;
@@ -213,6 +217,7 @@ impl Engine {
             Ok(())
         })?;
         if let Some(age) = evidence_older_than {
+            self.sync()?;
             let cutoff = self.options.clock.now().saturating_sub(age);
             let position = self.store.position_before(cutoff)?;
             let expired = refs::expired_blobs(&self.store, position)?;

@@ -88,6 +88,24 @@ impl Engine {
         }
     }
 
+    /// Before a read that should see other nodes' latest events: the
+    /// replica copies what it lacks. A shared log that cannot be reached
+    /// leaves the reads on the replica as it is (with a warning); one that
+    /// disagrees with it fails. Returns how many events were copied.
+    pub(crate) fn refresh(&self) -> Result<u64> {
+        let Some(shared) = &self.shared else {
+            return Ok(0);
+        };
+        match self.store.replicate_from(shared.as_ref()) {
+            Ok(copied) => Ok(copied),
+            Err(error) if error.is_integrity() => Err(error.into()),
+            Err(error) => {
+                tracing::warn!(%error, "the shared log cannot be read; reading this node's replica as it is");
+                Ok(0)
+            }
+        }
+    }
+
     /// After a commit in the shared log: the replica follows. The write
     /// is acknowledged by the shared log already, so a replica that cannot
     /// copy now (a busy or full local disk) is left behind, to catch up on

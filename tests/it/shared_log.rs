@@ -68,7 +68,8 @@ fn two_nodes_write_one_log_and_read_each_other() -> Result<(), FixtureError> {
     let db = pg::database()?;
     let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
     let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let a = Engine::open(dir_a.path(), node_options(&clock, &db.url))?;
+    // A node's root may not exist yet: opening with `create` makes it.
+    let a = Engine::open(&dir_a.path().join("node-a"), node_options(&clock, &db.url))?;
     let b = Engine::open(dir_b.path(), node_options(&clock, &db.url))?;
     assert!(a.is_shared() && b.is_shared());
 
@@ -92,11 +93,11 @@ fn two_nodes_write_one_log_and_read_each_other() -> Result<(), FixtureError> {
     let shared = PgEventStore::connect(&db.url)?;
     let events = all_events(&shared)?;
     assert!(events.len() >= 6, "{} events", events.len());
-    assert_eq!(all_events(&replica(dir_a.path())?)?, events);
+    assert_eq!(all_events(&replica(&dir_a.path().join("node-a"))?)?, events);
     assert_eq!(all_events(&replica(dir_b.path())?)?, events);
     let size = events.len() as u64;
     assert_eq!(
-        replica(dir_a.path())?.merkle_root(size)?,
+        replica(&dir_a.path().join("node-a"))?.merkle_root(size)?,
         shared.merkle_root(size)?
     );
     assert_eq!(

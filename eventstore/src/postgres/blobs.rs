@@ -391,6 +391,27 @@ impl PgEventStore {
         })
     }
 
+    /// Every blob's address, with whether its bytes are kept, in address
+    /// order.
+    pub fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>> {
+        self.with_read(|session| {
+            let rows = session.query(
+                "SELECT hash, erased_at IS NULL FROM blob_index ORDER BY hash",
+                &[],
+            )?;
+            rows.iter()
+                .map(|row| {
+                    let bytes: &[u8] = row.try_get(0)?;
+                    let hash = Hash::from_slice(bytes).ok_or_else(|| EventStoreError::Corrupt {
+                        position: sandlog_core::Position::ZERO,
+                        reason: "a blob address is not 32 bytes".into(),
+                    })?;
+                    Ok((hash, row.try_get(1)?))
+                })
+                .collect()
+        })
+    }
+
     /// The bytes stored under `hash`, checked, up to [`BLOB_BYTES_MAX`];
     /// `None` if never stored or erased.
     pub fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {

@@ -512,6 +512,10 @@ impl crate::Backend for PgEventStore {
         PgEventStore::blob_totals(self)
     }
 
+    fn blob_hashes(&self) -> Result<Vec<(sandlog_core::Hash, bool)>> {
+        PgEventStore::blob_hashes(self)
+    }
+
     fn write_unit(
         &self,
         f: &mut dyn FnMut(&mut dyn crate::UnitOfWork) -> Result<bool>,
