@@ -58,6 +58,11 @@ pub struct Anchor {
     pub genesis_hash: Option<String>,
     /// When the anchor was first written (RFC 3339).
     pub created_at: String,
+    /// For a node of a shared log: that log's name (a database name, never
+    /// credentials). Its root's SQLite file is a replica, opened only with
+    /// the shared log; `None` for a root that keeps its own log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_log: Option<String>,
 }
 
 /// The genesis event's payload.
@@ -150,6 +155,7 @@ pub fn new_anchor(now: Timestamp) -> Anchor {
         root_id: Uuid::new_v4(),
         genesis_hash: None,
         created_at: now.to_string(),
+        shared_log: None,
     }
 }
 

@@ -303,6 +303,16 @@ impl Engine {
             Engine::init(root)?;
         }
         let mut found = anchor::read(root)?;
+        if let Some(shared_log) = found.as_ref().and_then(|anchor| anchor.shared_log.clone()) {
+            // Its database is a replica: written alone, it would fork.
+            return Err(RuntimeError::BadLocation {
+                location: root.display().to_string(),
+                reason: format!(
+                    "this root is a node of the shared log {shared_log}; its sandlog.db is a \
+                     replica, opened only with that log: pass --store URL (or set $SANDLOG_STORE)"
+                ),
+            });
+        }
         let database = anchor::database_present(&layout.database);
         match (&found, database) {
             (None, false) if options.create => {
@@ -357,6 +367,18 @@ impl Engine {
                 path: root.to_owned(),
             });
         }
+        if found
+            .as_ref()
+            .is_some_and(|anchor| anchor.shared_log.is_none() && anchor.genesis_hash.is_some())
+        {
+            return Err(RuntimeError::BadLocation {
+                location: root.display().to_string(),
+                reason: "this root keeps its own log in sandlog.db, not in a shared one: open it \
+                         without --store, or copy its log with `sandlog migrate --to URL` and \
+                         make new roots for the nodes of that log"
+                    .into(),
+            });
+        }
         create_dir(root)?;
         create_dir(&layout.workspaces)?;
         let shared = crate::shared::connect(url, options.clock.clone())?;
@@ -367,6 +389,19 @@ impl Engine {
             options.clock.now(),
             &options.actor,
         )?;
+        // The anchor names the shared log from the first open on, so the
+        // replica is never opened as a log of its own.
+        if let Some(anchor) = anchor::read(root)?
+            && anchor.shared_log.is_none()
+        {
+            anchor::write(
+                root,
+                &anchor::Anchor {
+                    shared_log: Some(shared.name()),
+                    ..anchor
+                },
+            )?;
+        }
         let open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability);

@@ -157,6 +157,29 @@ fn a_lost_replica_is_copied_again_and_a_foreign_or_altered_log_is_refused()
     assert!(engine.verify(None, &|_| {})?.ok);
     drop(engine);
 
+    // The replica is never a log of its own, and a root with its own log
+    // is not a node.
+    match Engine::open(dir.path(), options(&clock)) {
+        Err(error @ RuntimeError::BadLocation { .. }) => {
+            assert!(error.to_string().contains("--store"), "{error}");
+        }
+        other => panic!("a node's root opened alone: {other:?}"),
+    }
+    let alone = tempfile::tempdir()?;
+    Engine::open(
+        alone.path(),
+        EngineOptions {
+            create: true,
+            ..options(&clock)
+        },
+    )?;
+    match Engine::open(alone.path(), node_options(&clock, &db.url)) {
+        Err(error @ RuntimeError::BadLocation { .. }) => {
+            assert!(error.to_string().contains("migrate"), "{error}");
+        }
+        other => panic!("a root with its own log opened as a node: {other:?}"),
+    }
+
     // Another database is another log: the anchor names this one.
     let other = pg::database()?;
     match Engine::open(dir.path(), node_options(&clock, &other.url)) {

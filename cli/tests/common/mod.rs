@@ -21,6 +21,7 @@ pub fn sandlog(root: &Path) -> Command {
     command
         .env_remove("SANDLOG_ROOT")
         .env_remove("SANDLOG_CORRELATION_ID")
+        .env_remove("SANDLOG_STORE")
         .env("SANDLOG_RUNTIMES_DIR", runtimes)
         .env("SANDLOG_CACHE_DIR", cache)
         .env("NO_COLOR", "1")
