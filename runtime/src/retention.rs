@@ -140,7 +140,10 @@ impl Engine {
         wanted.sort_unstable();
         wanted.dedup();
         self.write_log(|write| -> Result<()> {
-            // Checked under the write lock: no hold can land meanwhile.
+            // Checked under the write lock: no hold can land meanwhile
+            // (with a shared log, the replica first copies every hold
+            // committed before the lock).
+            self.sync()?;
             self.refuse_if_held(session_id)?;
             let version = self.session(session_id)?.version;
             let (erased, kept_for_hold, bytes) = self.erase_blobs(write, &wanted)?;

@@ -126,6 +126,29 @@ fn two_nodes_write_one_log_and_read_each_other() -> Result<(), FixtureError> {
     b.read_file_at(on_a, &path("out.txt"), head, &mut bytes)?;
     assert_eq!(bytes, b"from a");
 
+    // Erasure and gc on one node act on the shared log's blobs: the other
+    // node sees the bytes gone, the record of them kept.
+    let erased = b.erase(on_b, None, "test: erased on b")?;
+    assert!(erased.erased >= 1, "{erased:?}");
+    a.sync()?;
+    let gone = a.read_file_at(
+        on_b,
+        &path("b.txt"),
+        Cut::Position(a.head()?.position),
+        &mut Vec::new(),
+    );
+    assert!(
+        gone.is_err(),
+        "erased bytes still readable from a: {gone:?}"
+    );
+    let orphan = shared.put_blob(b"no event names this")?;
+    assert_eq!(a.gc(None)?.blobs_removed, 1);
+    assert_eq!(
+        shared.blob_state(&orphan)?,
+        sandlog_eventstore::BlobState::Missing
+    );
+    let size = a.head()?.position.0;
+
     for engine in [&a, &b] {
         let verified = engine.verify(None, &|_| {})?;
         assert!(verified.ok, "{verified:?}");
