@@ -55,6 +55,13 @@ pub struct Cli {
     )]
     pub store: Option<String>,
 
+    /// The node (host) this command acts for: recorded on the sessions it
+    /// creates; with --store, commands that touch workspaces act only on
+    /// this node's sessions. Default: the root's `node` file, else the
+    /// host name (then written there).
+    #[arg(long, global = true, env = "SANDLOG_NODE", value_name = "NAME")]
+    pub node: Option<String>,
+
     /// Print one JSON document on stdout (JSON Lines for `log`); errors as
     /// {"error":{"kind","message"}} on stderr.
     #[arg(long, global = true)]

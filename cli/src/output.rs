@@ -31,6 +31,8 @@ pub struct Output {
     pub correlation_id: Option<uuid::Uuid>,
     /// `--store`: the shared log, if the root's log is not its own file.
     pub store: Option<String>,
+    /// `--node`: the node this command acts for.
+    pub node: Option<String>,
     /// `--wide`: whole ids in tables.
     pub wide: bool,
     /// `--format tsv`: tables as tab-separated values.
@@ -58,6 +60,7 @@ impl Output {
             actor: crate::commands::actor(cli.actor.as_deref()),
             correlation_id: cli.correlation_id,
             store: cli.store.clone().filter(|store| !store.is_empty()),
+            node: cli.node.clone(),
             tsv: cli.format == TableFormat::Tsv,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),

@@ -77,6 +77,14 @@ pub enum CoreError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A node name was refused (see [`crate::node`]).
+    #[error("invalid node name {input:?}: {reason}")]
+    InvalidNodeName {
+        /// What was given (cut to a readable length).
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A workspace path was refused; the reason says why.
     #[error("invalid workspace path {path:?}: {reason}")]
     InvalidPath {
@@ -135,6 +143,7 @@ impl CoreError {
             Self::InvalidSessionId { .. } => "invalid_session_id",
             Self::InvalidStream { .. } => "invalid_stream",
             Self::InvalidCorrelationId { .. } => "invalid_correlation_id",
+            Self::InvalidNodeName { .. } => "invalid_node_name",
             Self::InvalidPath { .. } => "invalid_path",
             Self::InvalidTimestamp { .. } => "invalid_timestamp",
             Self::InvalidDuration { .. } => "invalid_duration",

@@ -120,6 +120,11 @@ pub struct SessionCreated {
     /// Host directories its executions see read-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readonly: Vec<ReadonlyDir>,
+    /// The node (host) whose disk holds its workspace: with a shared log,
+    /// only that node runs in, writes to, prunes or reconciles it. None for
+    /// sessions created before nodes were recorded: every node's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl SessionCreated {
@@ -132,6 +137,7 @@ impl SessionCreated {
             group: None,
             max_size: None,
             readonly: Vec::new(),
+            node: None,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod human;
 pub mod ids;
 pub mod limits;
 pub mod merkle;
+pub mod node;
 pub mod note;
 pub mod path;
 pub mod policy;

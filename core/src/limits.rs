@@ -42,6 +42,10 @@ pub const KIND_BYTES_MAX: usize = 128;
 /// argument (a file's contents) from being taken for a name.
 pub const CORRELATION_TEXT_BYTES_MAX: usize = 256;
 
+/// Longest node name (the host a session's workspace lives on, see
+/// [`crate::node`]), in bytes: a host name's first label is at most 63.
+pub const NODE_NAME_BYTES_MAX: usize = 64;
+
 /// Most labels on one session, and longest label key / value in bytes.
 pub const LABELS_MAX: usize = 64;
 /// Longest label key or value, in bytes.

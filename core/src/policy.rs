@@ -25,6 +25,11 @@ pub struct PrunePolicy {
     /// retention limits count, are the group's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Only sessions of this node (and those that record none): a node of
+    /// a shared log prunes the workspaces on its own disk, and the
+    /// retention limits count its sessions only (see [`crate::node`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl PrunePolicy {

@@ -57,6 +57,9 @@ pub struct SessionSummary {
     /// Host directories its executions see read-only.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub readonly: Vec<ReadonlyDir>,
+    /// The node whose disk holds its workspace (none: every node's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl From<&SessionState> for SessionSummary {
@@ -77,6 +80,7 @@ impl From<&SessionState> for SessionSummary {
             group: session.group.clone(),
             max_size: session.max_size,
             readonly: session.readonly.clone(),
+            node: session.node.clone(),
         }
     }
 }
@@ -173,7 +177,7 @@ fn insert_into_tree(level: &mut BTreeMap<String, TreeNode>, components: &[&str],
     }
 }
 
-const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly";
+const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly, node";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
     let corrupt = |what: String| ProjectionError::Corrupt(what);
@@ -216,6 +220,7 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
             .transpose()?,
         readonly: crate::read_model::decode_readonly(row.get::<_, Option<String>>(14)?.as_deref())
             .map_err(|error| corrupt(format!("readonly: {error}")))?,
+        node: row.get(15)?,
     })
 }
 
@@ -374,17 +379,31 @@ pub fn prune_candidates(
         // The totals are kept by the read model (counting 100,000 rows took
         // most of a retention query's time).
         let group = policy.group.as_deref();
+        let node = policy.node.as_deref();
         let (active_sessions, active_bytes) = if PrunePlanner::needs_totals(policy) {
-            match group {
-                None => load_active_totals(connection)?,
-                // A group's totals are not kept; a group is a task's few
-                // sessions, counted through the group index.
-                Some(group) => connection
+            match (group, node) {
+                (None, None) => load_active_totals(connection)?,
+                // A node's totals are not kept: counted over the age index.
+                (None, Some(node)) => connection
                     .prepare_cached(
                         "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
-                         WHERE group_name = ?1 AND status = 'active'",
+                         WHERE status = 'active' AND (node IS NULL OR node = ?1)",
                     )?
-                    .query_row([group], |row| {
+                    .query_row([node], |row| {
+                        Ok((
+                            u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                            u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
+                        ))
+                    })?,
+                // A group's totals are not kept; a group is a task's few
+                // sessions, counted through the group index.
+                (Some(group), _) => connection
+                    .prepare_cached(
+                        "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
+                         WHERE group_name = ?1 AND status = 'active' \
+                         AND (?2 IS NULL OR node IS NULL OR node = ?2)",
+                    )?
+                    .query_row(params![group, node], |row| {
                         Ok((
                             u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                             u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
@@ -412,17 +431,18 @@ pub fn prune_candidates(
             let mut statement = connection.prepare_cached(match group {
                 None => {
                     "SELECT session_id, updated_at, bytes, version, NULL FROM rm_sessions \
-                     WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL ORDER BY updated_at, session_id"
+                     WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
+                     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id"
                 }
                 Some(_) => {
                     "SELECT session_id, updated_at, bytes, version, group_name FROM rm_sessions \
-                     WHERE group_name = ?1 AND status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
-                     ORDER BY updated_at, session_id"
+                     WHERE group_name = ?2 AND status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
+                     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id"
                 }
             })?;
             let mut rows = match group {
-                None => statement.query([])?,
-                Some(group) => statement.query([group])?,
+                None => statement.query(params![node])?,
+                Some(group) => statement.query(params![node, group])?,
             };
             while let Some(row) = rows.next()? {
                 let session_id = session_id_column(row, 0)?;

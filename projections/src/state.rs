@@ -110,6 +110,10 @@ pub struct SessionState {
     /// Host directories its executions see read-only.
     #[serde(default)]
     pub readonly: Vec<ReadonlyDir>,
+    /// The node whose disk holds its workspace; none for sessions made
+    /// before nodes were recorded, and adopted ones (every node's).
+    #[serde(default)]
+    pub node: Option<String>,
     /// The stream's version after the last event folded (for optimistic
     /// concurrency of intents).
     pub version: StreamVersion,
@@ -139,6 +143,7 @@ impl SessionState {
             group: None,
             max_size: None,
             readonly: Vec::new(),
+            node: None,
             version: envelope.version,
             last_position: envelope.position,
             files: BTreeMap::new(),
@@ -310,6 +315,7 @@ pub fn apply_in_context(state: &mut State, envelope: &EventContext, event: &Even
             session.group = created.group.clone();
             session.max_size = created.max_size;
             session.readonly = created.readonly.clone();
+            session.node = created.node.clone();
             session
         }
         Event::SessionAdopted(adopted) => {

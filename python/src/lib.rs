@@ -492,6 +492,7 @@ impl PyEngine {
                 max_sessions,
                 max_total_bytes: max_bytes,
                 group,
+                node: None,
             };
             json(&engine.prune(&policy, dry_run, &|_, _| {})?)
         })

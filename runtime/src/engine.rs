@@ -36,6 +36,11 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 pub const EVIDENCE_DIR: &str = "evidence";
 /// Guest runtimes, when not given elsewhere.
 pub const RUNTIMES_DIR: &str = "runtimes";
+/// The root's node name (one line), written on first open: the name
+/// stays with the root when it moves to another host.
+pub const NODE_FILE: &str = "node";
+/// The environment variable naming this process's node.
+pub const NODE_ENV: &str = "SANDLOG_NODE";
 
 /// Longest code accepted for one execution, bytes. Code travels in the
 /// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.
@@ -143,6 +148,10 @@ pub struct EngineOptions {
     pub finish_intents_on_open: bool,
     /// Failure injection for destructive steps (tests, chaos drills).
     pub fault: Option<crate::fault::SharedFaultInjector>,
+    /// The node (host) this engine acts for, recorded on the sessions it
+    /// creates (see [`sandlog_core::node`]); default: the root's `node`
+    /// file, else the host name (then written to that file).
+    pub node: Option<String>,
     /// Where the log lives: `None` for the root's own SQLite file (the
     /// default); a PostgreSQL URL or `key=value` connection string for a
     /// log shared by several nodes, each with its own root (workspaces,
@@ -171,6 +180,7 @@ impl Default for EngineOptions {
             finish_intents_on_open: true,
             fault: None,
             store: None,
+            node: None,
             create: false,
         }
     }
@@ -186,6 +196,8 @@ pub struct Engine {
     /// names one.
     pub(crate) shared: Option<Box<dyn sandlog_eventstore::Backend>>,
     pub(crate) options: EngineOptions,
+    /// The node this engine acts for.
+    node: String,
     sandbox: OnceLock<Sandbox>,
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
     /// The root settings as of a version of the system stream.
@@ -205,6 +217,48 @@ impl std::fmt::Debug for Engine {
             .field("root", &self.layout.root)
             .finish_non_exhaustive()
     }
+}
+
+/// The node name for a root: `given` (checked), else the root's
+/// [`NODE_FILE`], else the host name made a valid name. The file is
+/// written when missing, so the name stays with the root.
+fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
+    let file = root.join(NODE_FILE);
+    let stored = match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            return Err(RuntimeError::Io {
+                context: format!("reading {}", file.display()),
+                source: error,
+            });
+        }
+    };
+    let name = match (given, &stored) {
+        (Some(given), _) => sandlog_core::node::check_node_name(given)?.to_owned(),
+        (None, Some(text)) => {
+            let name = text.strip_suffix('\n').unwrap_or(text);
+            sandlog_core::node::check_node_name(name).map_err(|error| {
+                RuntimeError::BadLocation {
+                    location: file.display().to_string(),
+                    reason: format!("{error}; write this node's name in it, or give --node"),
+                }
+            })?;
+            name.to_owned()
+        }
+        (None, None) => {
+            let host = rustix::system::uname();
+            sandlog_core::node::node_name_from(&host.nodename().to_string_lossy())
+        }
+    };
+    if stored.is_none() {
+        // Written aside and renamed: a reader sees no file or a whole one.
+        let aside = root.join(format!(".{NODE_FILE}.{}", uuid::Uuid::new_v4()));
+        std::fs::write(&aside, format!("{name}\n"))
+            .and_then(|()| std::fs::rename(&aside, &file))
+            .map_err(RuntimeError::io(format!("writing {}", file.display())))?;
+    }
+    Ok(name)
 }
 
 fn create_dir(path: &Path) -> Result<()> {
@@ -349,7 +403,7 @@ impl Engine {
                 "read models caught up with the log"
             );
         }
-        Ok(Engine::assemble(layout, store, None, options))
+        Engine::assemble(layout, store, None, options)
     }
 
     /// [`Engine::open`] for a root whose log is shared (see
@@ -411,7 +465,7 @@ impl Engine {
         if copied > 0 {
             tracing::info!(copied, "this node's replica copied the shared log");
         }
-        Ok(Engine::assemble(layout, store, Some(shared), options))
+        Engine::assemble(layout, store, Some(shared), options)
     }
 
     /// The engine over an opened log; finishes pending intents unless
@@ -421,12 +475,14 @@ impl Engine {
         store: EventStore,
         shared: Option<Box<dyn sandlog_eventstore::Backend>>,
         options: EngineOptions,
-    ) -> Engine {
+    ) -> Result<Engine> {
+        let node = resolve_node(&layout.root, options.node.as_deref())?;
         let engine = Engine {
             layout,
             store,
             shared,
             options,
+            node,
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
             settings_cache: Mutex::new(None),
@@ -444,7 +500,34 @@ impl Engine {
                 }
             }
         }
-        engine
+        Ok(engine)
+    }
+
+    /// The node this engine acts for (see [`EngineOptions::node`]).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Refuses to touch the workspace of another node's session: with a
+    /// shared log, each node's sessions live on its own disk. A session
+    /// that records no node is every node's; a root that keeps its own log
+    /// has one disk, so none of its sessions is foreign.
+    pub(crate) fn check_own(&self, session_id: SessionId, node: Option<&str>) -> Result<()> {
+        match node {
+            Some(node) if self.is_shared() && node != self.node => {
+                Err(RuntimeError::ForeignSession {
+                    session_id,
+                    node: node.to_owned(),
+                    this_node: self.node.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a session of `node` is this node's (see [`Engine::check_own`]).
+    pub(crate) fn is_own(&self, node: Option<&str>) -> bool {
+        !self.is_shared() || node.is_none_or(|node| node == self.node)
     }
 
     /// The root's paths.
@@ -625,6 +708,7 @@ impl Engine {
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;
+        self.check_own(session_id, summary.node.as_deref())?;
         if summary.status != SessionStatus::Active {
             return Err(RuntimeError::SessionNotActive {
                 session_id,

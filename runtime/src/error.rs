@@ -291,6 +291,19 @@ pub enum RuntimeError {
         /// The directory.
         path: PathBuf,
     },
+    /// A command that touches a workspace was given another node's session
+    /// (with a shared log, each node's workspaces are on its own disk).
+    #[error(
+        "session {session_id} belongs to node {node}; this is node {this_node}: run the command on {node} (or with --node {node} there)"
+    )]
+    ForeignSession {
+        /// The session.
+        session_id: SessionId,
+        /// Its node.
+        node: String,
+        /// This engine's node.
+        this_node: String,
+    },
     /// A log location given to `migrate` that cannot be used.
     #[error("{location}: {reason}")]
     BadLocation {
@@ -352,6 +365,7 @@ impl RuntimeError {
             Self::BlobNotFound(_) => "not_found",
             Self::NotInHistory { .. } => "not_found",
             Self::BadLocation { .. } => "invalid_location",
+            Self::ForeignSession { .. } => "foreign_session",
             Self::NotARoot { .. } => "root_missing",
             Self::LogMissing { .. }
             | Self::AnchorMismatch { .. }
@@ -394,7 +408,9 @@ impl RuntimeError {
             | Self::LogMissing { .. }
             | Self::AnchorMismatch { .. }
             | Self::AnchorUnreadable { .. } => ErrorClass::Integrity,
-            Self::ContentNotKept { .. } | Self::ContentErased { .. } => ErrorClass::Refused,
+            Self::ContentNotKept { .. }
+            | Self::ContentErased { .. }
+            | Self::ForeignSession { .. } => ErrorClass::Refused,
             Self::NativeNotStarted { source, .. }
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {

@@ -666,6 +666,7 @@ impl Engine {
                 group: past.state.group.clone(),
                 max_size: past.state.max_size,
                 readonly: past.state.readonly.clone(),
+                node: Some(self.node().to_owned()),
             }));
             let mut fork = self.event(&Event::SessionForked(forked.clone()));
             fork.causation_id = Some(created.event_id.0);

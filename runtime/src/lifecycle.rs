@@ -357,6 +357,19 @@ impl Engine {
     ) -> Result<PruneReport> {
         let started = Instant::now();
         let now = self.options.clock.now();
+        // A node of a shared log prunes the workspaces on its disk: its
+        // own sessions, counted alone against the retention limits.
+        self.refresh()?;
+        let scoped;
+        let policy = if self.is_shared() && policy.node.is_none() {
+            scoped = PrunePolicy {
+                node: Some(self.node().to_owned()),
+                ..policy.clone()
+            };
+            &scoped
+        } else {
+            policy
+        };
         let plan = query::prune_candidates(&self.store, policy, now)?;
         let run_id = if dry_run { Uuid::nil() } else { Uuid::new_v4() };
         let mut report = PruneReport {
@@ -771,6 +784,7 @@ impl Engine {
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file; read again under the lease.
         let session = self.session(session_id)?;
+        self.check_own(session_id, session.node.as_deref())?;
         if !session.status.has_workspace() {
             return Err(RuntimeError::SessionNotActive {
                 session_id,
@@ -845,6 +859,10 @@ impl Engine {
         let mut finished = 0;
         for status in [SessionStatus::Pruning, SessionStatus::Deleting] {
             for session in query::sessions(&self.store, Some(status))? {
+                // Another node's intent removes a directory on its disk.
+                if !self.is_own(session.node.as_deref()) {
+                    continue;
+                }
                 match self.finish_intent(session.session_id, status, session.version) {
                     Ok(true) => finished += 1,
                     Ok(false) => {}

@@ -199,6 +199,7 @@ impl Engine {
             group: new.group.clone(),
             max_size: new.max_size,
             readonly,
+            node: Some(self.node().to_owned()),
         };
         self.write_log(|write| -> Result<()> {
             let created = self.event(&Event::SessionCreated(created.clone()));

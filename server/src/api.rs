@@ -529,6 +529,7 @@ pub fn session_document(session: &SessionSummary) -> Value {
         "group": session.group,
         "max_size": session.max_size,
         "readonly": session.readonly,
+        "node": session.node,
     })
 }
 
@@ -1128,6 +1129,7 @@ async fn prune(
             .transpose()
             .map_err(invalid)?,
         group: body.group.clone(),
+        node: None,
     };
     let dry_run = body.dry_run;
     let report = blocking(&state, move |engine| {

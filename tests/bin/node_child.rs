@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         runtimes_dir: std::env::var_os("SANDLOG_RUNTIMES_DIR").map(PathBuf::from),
         cache_dir: Some(sandlog_tests::engine::cache_dir()),
         store: Some(url),
+        node: Some(node.clone()),
         create: true,
         ..EngineOptions::default()
     };

@@ -274,8 +274,8 @@ fn eight_processes_on_two_nodes_share_one_log() -> Result<(), FixtureError> {
     let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
     let nodes = [("a", tempfile::tempdir()?), ("b", tempfile::tempdir()?)];
     // Each node's root exists before its workers start, as after `init`.
-    for (_, dir) in &nodes {
-        Engine::open(dir.path(), node_options(&clock, &db.url))?;
+    for (node, dir) in &nodes {
+        Engine::open(dir.path(), named_node(&clock, &db.url, node))?;
     }
 
     let mut workers = Vec::new();
@@ -381,11 +381,184 @@ fn eight_processes_on_two_nodes_share_one_log() -> Result<(), FixtureError> {
     // Seven workers ran every round; the killed one created one at least.
     assert!(created > 7 * 6, "{created} sessions created");
 
-    for (_, dir) in &nodes {
-        let engine = Engine::open(dir.path(), node_options(&clock, &db.url))?;
+    for (node, dir) in &nodes {
+        let engine = Engine::open(dir.path(), named_node(&clock, &db.url, node))?;
         let verified = engine.verify(None, &|_| {})?;
         assert!(verified.ok, "{verified:?}");
-        assert_eq!(all_events(&replica(dir.path())?)?, events);
+        // The replica is the shared log as it is now (the other node's
+        // reconcile may have appended since `events` was read).
+        let now = all_events(&shared)?;
+        assert!(
+            all_events(&replica(dir.path())?)? == now,
+            "node {node}'s replica differs"
+        );
+        // Each node's reconcile finds its own disk as the log says, and
+        // takes the other's sessions for none of its business.
+        let reconciled = engine.reconcile(
+            &sandlog_runtime::applier::ReconcileOptions {
+                orphan_grace: std::time::Duration::ZERO,
+                ..Default::default()
+            },
+            &|_, _| {},
+        )?;
+        // The one exception: the workspace the killed worker made for a
+        // session it never recorded, an orphan the log does not know.
+        let unexpected: Vec<_> = reconciled
+            .actions
+            .iter()
+            .filter(|action| {
+                !matches!(action, sandlog_runtime::applier::plan::Action::Orphan { known: false, dir_name }
+                    if !events.iter().any(|event| event.stream == dir_name.stream()))
+            })
+            .collect();
+        assert!(unexpected.is_empty(), "node {node}: {unexpected:?}");
     }
+
+    // Node b prunes everything it may: only b's sessions go; a's active
+    // sessions keep their directories.
+    let b = Engine::open(nodes[1].1.path(), named_node(&clock, &db.url, "b"))?;
+    let all_policy = sandlog_core::PrunePolicy::older_than(std::time::Duration::ZERO);
+    let report = b.prune(&all_policy, false, &|_, _| {})?;
+    assert!(!report.deleted_sessions.is_empty());
+    for session_id in &report.deleted_sessions {
+        assert_eq!(b.session(*session_id)?.node.as_deref(), Some("b"));
+    }
+    let mut a_active = 0;
+    for session in b.sessions(Some(sandlog_projections::SessionStatus::Active))? {
+        assert_eq!(session.node.as_deref(), Some("a"), "{session:?}");
+        assert!(
+            nodes[0]
+                .1
+                .path()
+                .join("workspaces")
+                .join(session.session_id.to_string())
+                .is_dir()
+        );
+        a_active += 1;
+    }
+    assert!(a_active > 0);
+    Ok(())
+}
+
+/// Options for node `node` of the shared log at `url`.
+fn named_node(clock: &ManualClock, url: &str, node: &str) -> EngineOptions {
+    EngineOptions {
+        node: Some(node.to_owned()),
+        ..node_options(clock, url)
+    }
+}
+
+/// Sessions record their node; each node prunes, runs in, writes to,
+/// deletes and reconciles only its own sessions' workspaces, and reads
+/// every node's; a session that records no node is every node's; the
+/// root keeps its node's name; bad names are refused by rule.
+#[test]
+fn each_node_touches_only_its_own_sessions() -> Result<(), FixtureError> {
+    use sandlog_runtime::applier::ReconcileOptions;
+
+    let db = pg::database()?;
+    let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let a = Engine::open(dir_a.path(), named_node(&clock, &db.url, "node-a"))?;
+    let b = Engine::open(dir_b.path(), named_node(&clock, &db.url, "node-b"))?;
+    assert_eq!((a.node(), b.node()), ("node-a", "node-b"));
+    let on_a = a.create_session(BTreeMap::new())?.session_id;
+    a.write_file(on_a, &path("a.txt"), b"a", false)?;
+    let on_b = b.create_session(BTreeMap::new())?.session_id;
+    assert_eq!(b.session(on_a)?.node.as_deref(), Some("node-a"));
+    assert_eq!(a.session(on_b)?.node.as_deref(), Some("node-b"));
+
+    // Writes and runs on another node's session are refused by name.
+    let refused = |result: Result<(), RuntimeError>| match result {
+        Err(error @ RuntimeError::ForeignSession { .. }) => {
+            let text = error.to_string();
+            assert!(text.contains("node-a") && text.contains("node-b"), "{text}");
+        }
+        other => panic!("expected ForeignSession, got {other:?}"),
+    };
+    refused(
+        b.execute(on_a, &ExecRequest::python("print(1)"))
+            .map(|_| ()),
+    );
+    refused(b.write_file(on_a, &path("x.txt"), b"x", false).map(|_| ()));
+    refused(b.delete_file(on_a, &path("a.txt"), false).map(|_| ()));
+    refused(b.delete_session(on_a, "test").map(|_| ()));
+    // Reads are any node's.
+    assert_eq!(b.list_files(on_a, None)?.len(), 1);
+
+    // Prune on b: its own session only, though a's is as old.
+    clock.advance(std::time::Duration::from_secs(3600));
+    let policy = sandlog_core::PrunePolicy::older_than(std::time::Duration::from_secs(60));
+    let report = b.prune(&policy, false, &|_, _| {})?;
+    assert_eq!(report.deleted_sessions, [on_b]);
+    assert_eq!(
+        a.session(on_a)?.status,
+        sandlog_projections::SessionStatus::Active
+    );
+    assert!(
+        dir_a
+            .path()
+            .join("workspaces")
+            .join(on_a.to_string())
+            .is_dir()
+    );
+
+    // Reconcile on b: a's session is not b's drift, and a directory named
+    // like it on b's disk is left alone.
+    let stray = dir_b.path().join("workspaces").join(on_a.to_string());
+    std::fs::create_dir(&stray)?;
+    let options = ReconcileOptions {
+        orphan_grace: std::time::Duration::ZERO,
+        ..ReconcileOptions::default()
+    };
+    let reconciled = b.reconcile(&options, &|_, _| {})?;
+    assert!(reconciled.actions.is_empty(), "{:?}", reconciled.actions);
+    assert!(reconciled.ignored.contains(&on_a.to_string()));
+    assert!(stray.is_dir());
+    assert!(a.reconcile(&options, &|_, _| {})?.actions.is_empty());
+
+    // The root keeps its node's name; a bad one is refused by rule.
+    assert_eq!(
+        std::fs::read_to_string(dir_b.path().join("node"))?,
+        "node-b\n"
+    );
+    drop(b);
+    let again = Engine::open(dir_b.path(), node_options(&clock, &db.url))?;
+    assert_eq!(again.node(), "node-b");
+    drop(again);
+    match Engine::open(dir_b.path(), named_node(&clock, &db.url, "no/slash")) {
+        Err(error) => assert!(error.to_string().contains("node name"), "{error}"),
+        Ok(_) => panic!("a node name with a slash was taken"),
+    }
+    Ok(())
+}
+
+/// A root that keeps its own log has one disk: a session recorded by
+/// another node name is still its own (a root copied between hosts keeps
+/// working).
+#[test]
+fn a_root_with_its_own_log_has_no_foreign_sessions() -> Result<(), FixtureError> {
+    let clock = ManualClock::new(Timestamp::from_unix_micros(TEST_EPOCH_MICROS));
+    let dir = tempfile::tempdir()?;
+    let first = Engine::open(
+        dir.path(),
+        EngineOptions {
+            node: Some("old-host".into()),
+            create: true,
+            ..options(&clock)
+        },
+    )?;
+    let session = first.create_session(BTreeMap::new())?.session_id;
+    drop(first);
+    let moved = Engine::open(
+        dir.path(),
+        EngineOptions {
+            node: Some("new-host".into()),
+            ..options(&clock)
+        },
+    )?;
+    assert_eq!(moved.session(session)?.node.as_deref(), Some("old-host"));
+    let run = moved.execute(session, &ExecRequest::python("print(1)"))?;
+    assert_eq!(run.outcome, Outcome::Ok);
     Ok(())
 }

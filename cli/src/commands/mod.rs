@@ -148,6 +148,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
             actor: output.actor.clone(),
             correlation_id: output.correlation_id,
             store: output.store.clone(),
+            node: output.node.clone(),
             create,
             on_compile: output.compile_observer(),
             ..EngineOptions::default()

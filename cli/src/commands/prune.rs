@@ -37,6 +37,7 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             .transpose()
             .map_err(usage)?,
         group: args.group,
+        node: None,
     };
     let bar = output.progress_bar("pruning");
     let progress = crate::output::advance(&bar);

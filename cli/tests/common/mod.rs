@@ -22,6 +22,7 @@ pub fn sandlog(root: &Path) -> Command {
         .env_remove("SANDLOG_ROOT")
         .env_remove("SANDLOG_CORRELATION_ID")
         .env_remove("SANDLOG_STORE")
+        .env_remove("SANDLOG_NODE")
         .env("SANDLOG_RUNTIMES_DIR", runtimes)
         .env("SANDLOG_CACHE_DIR", cache)
         .env("NO_COLOR", "1")

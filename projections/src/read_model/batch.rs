@@ -257,13 +257,14 @@ impl<'c> Batch<'c> {
             let mut insert_session = connection.prepare_cached(
                 "INSERT INTO rm_sessions (session_id, status, created_at, updated_at, exec_count, last_outcome, \
                  bytes, file_count, legacy, labels, version, last_position, held, group_name, max_size, \
-                 readonly) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 readonly, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17)",
             )?;
             let mut update_session = connection.prepare_cached(
                 "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
                  last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
-                 last_position = ?12, held = ?13, group_name = ?14, max_size = ?15, readonly = ?16 \
-                 WHERE session_key = ?1",
+                 last_position = ?12, held = ?13, group_name = ?14, max_size = ?15, readonly = ?16, \
+                 node = ?17 WHERE session_key = ?1",
             )?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
@@ -291,13 +292,14 @@ impl<'c> Batch<'c> {
                     session.group.as_deref(),
                     session.max_size.map(to_i64),
                     readonly,
+                    session.node.as_deref(),
                 );
                 match loaded.key {
                     Some(key) => {
                         update_session.execute(params![
                             key, values.0, values.1, values.2, values.3, values.4, values.5,
                             values.6, values.7, values.8, values.9, values.10, values.11,
-                            values.12, values.13, values.14,
+                            values.12, values.13, values.14, values.15,
                         ])?;
                     }
                     None => {
@@ -319,6 +321,7 @@ impl<'c> Batch<'c> {
                             values.12,
                             values.13,
                             values.14,
+                            values.15,
                         ])?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }

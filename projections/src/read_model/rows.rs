@@ -65,8 +65,8 @@ pub(super) fn load_keyed_session(
     let row = connection
         .prepare_cached(
             "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
-             labels, version, last_position, session_key, held, group_name, max_size, readonly \
-             FROM rm_sessions WHERE session_id = ?1",
+             labels, version, last_position, session_key, held, group_name, max_size, readonly, \
+             node FROM rm_sessions WHERE session_id = ?1",
         )?
         .query_row([&id_text], |row| {
             Ok((
@@ -86,6 +86,7 @@ pub(super) fn load_keyed_session(
                 row.get::<_, Option<String>>(13)?,
                 row.get::<_, Option<i64>>(14)?,
                 row.get::<_, Option<String>>(15)?,
+                row.get::<_, Option<String>>(16)?,
             ))
         })
         .optional()?;
@@ -106,6 +107,7 @@ pub(super) fn load_keyed_session(
         group,
         max_size,
         readonly,
+        node,
     )) = row
     else {
         return Ok(None);
@@ -147,6 +149,7 @@ pub(super) fn load_keyed_session(
             group,
             max_size: max_size.map(to_u64),
             readonly,
+            node,
         },
     }))
 }

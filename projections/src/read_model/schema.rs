@@ -16,7 +16,8 @@ use crate::error::Result;
 /// `rm_files` is keyed by it (see the schema).
 /// 5: sessions keep their task group, size limit and read-only
 /// directories (`group_name`, `max_size`, `readonly`).
-pub const READ_MODEL_VERSION: i64 = 5;
+/// 6: sessions keep the node (host) their workspace lives on (`node`).
+pub const READ_MODEL_VERSION: i64 = 6;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS rm_checkpoint (
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS rm_sessions (
     held          TEXT,
     group_name    TEXT,
     max_size      INTEGER,
-    readonly      TEXT
+    readonly      TEXT,
+    node          TEXT
 );
 CREATE INDEX IF NOT EXISTS rm_sessions_by_group
     ON rm_sessions (group_name) WHERE group_name IS NOT NULL;
@@ -57,7 +59,7 @@ CREATE INDEX IF NOT EXISTS rm_sessions_by_group
 -- updated_at so the index order is exactly the candidates' order
 -- (updated_at, session_id) and the scan needs no sort step.
 CREATE INDEX IF NOT EXISTS rm_sessions_by_age
-    ON rm_sessions (status, legacy, updated_at, session_id, bytes, version);
+    ON rm_sessions (status, legacy, updated_at, session_id, bytes, version, node);
 CREATE INDEX IF NOT EXISTS rm_sessions_held
     ON rm_sessions (session_id) WHERE held IS NOT NULL;
 CREATE TABLE IF NOT EXISTS rm_files (

@@ -9,7 +9,7 @@
 
 pub mod plan;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandlog_core::event::{
@@ -88,6 +88,7 @@ impl Engine {
     fn observe(
         &self,
         projected: &BTreeMap<SessionId, ProjectedSession>,
+        foreign: &BTreeSet<SessionId>,
         options: &ReconcileOptions,
     ) -> Result<Observed> {
         let mut observed = Observed::default();
@@ -103,7 +104,10 @@ impl Engine {
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_dir = entry.file_type().is_ok_and(|file_type| file_type.is_dir());
             let session_id = match SessionId::parse(&name) {
-                Ok(id) if is_dir => id,
+                // Another node's session (a shared log's) is that node's
+                // to judge: its directory here is left alone, never taken
+                // for an orphan.
+                Ok(id) if is_dir && !foreign.contains(&id) => id,
                 _ => {
                     observed.ignored.insert(name);
                     continue;
@@ -137,9 +141,19 @@ impl Engine {
         Ok(observed)
     }
 
-    fn projected(&self, deep: bool) -> Result<BTreeMap<SessionId, ProjectedSession>> {
+    /// This node's sessions as the log projects them, and the ids of other
+    /// nodes' sessions (whose workspaces are on their disks).
+    fn projected(
+        &self,
+        deep: bool,
+    ) -> Result<(BTreeMap<SessionId, ProjectedSession>, BTreeSet<SessionId>)> {
         let mut projected = BTreeMap::new();
+        let mut foreign = BTreeSet::new();
         for session in query::sessions(&self.store, None)? {
+            if !self.is_own(session.node.as_deref()) {
+                foreign.insert(session.session_id);
+                continue;
+            }
             let files = if deep && session.status.has_workspace() {
                 Some(
                     query::files(&self.store, session.session_id, None)?
@@ -159,7 +173,7 @@ impl Engine {
                 },
             );
         }
-        Ok(projected)
+        Ok((projected, foreign))
     }
 
     /// The drift last recorded for a session (the parts of a split
@@ -197,8 +211,9 @@ impl Engine {
 
     /// Plans what reconcile would do now.
     pub fn reconcile_plan(&self, options: &ReconcileOptions) -> Result<(Vec<Action>, Observed)> {
-        let mut projected = self.projected(options.deep)?;
-        let observed = self.observe(&projected, options)?;
+        self.refresh()?;
+        let (mut projected, foreign) = self.projected(options.deep)?;
+        let observed = self.observe(&projected, &foreign, options)?;
         let mut actions = plan::plan(&projected, &observed);
         // Drift is compared with the last recorded drift only where drift
         // was found (reading a stream per session would cost the common
