@@ -38,6 +38,7 @@ pub struct ReadmeDoctests;
 pub mod adopt;
 pub mod anchor;
 pub mod applier;
+pub mod documents;
 pub mod engine;
 pub mod error;
 pub mod evidence;

@@ -24,7 +24,6 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::SessionStatus;
-use sandlog_runtime::projections::query::SessionSummary;
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, Runtime, RuntimeError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -39,6 +38,7 @@ use crate::limits::{
     SHUTDOWN_WAIT_MAX,
 };
 use crate::{ServeError, openapi};
+pub use sandlog_runtime::documents::{execution_document, session_document};
 
 /// How `sandlog serve` listens.
 #[derive(Debug, Clone)]
@@ -509,30 +509,6 @@ fn ok_json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
     Ok(axum::Json(value).into_response())
 }
 
-/// The `session show --json` document (the seed metadata shape plus the
-/// projection's fields), served by the CLI and the HTTP API alike.
-pub fn session_document(session: &SessionSummary) -> Value {
-    json!({
-        "session_id": session.session_id,
-        "created_at": session.created_at,
-        "updated_at": session.updated_at,
-        "version": 1,
-        "status": session.status,
-        "exec_count": session.exec_count,
-        "last_outcome": session.last_outcome,
-        "bytes": session.bytes,
-        "files": session.file_count,
-        "legacy": session.legacy,
-        "labels": session.labels,
-        "held": session.held.is_some(),
-        "hold_reason": session.held,
-        "group": session.group,
-        "max_size": session.max_size,
-        "readonly": session.readonly,
-        "node": session.node,
-    })
-}
-
 /// The `exec --json` document plus `warm` and `state_lost`.
 pub fn exec_document(outcome: &ExecOutcome) -> Value {
     let mut document = execution_document(&outcome.execution);
@@ -542,28 +518,6 @@ pub fn exec_document(outcome: &ExecOutcome) -> Value {
         fields.insert("state_lost_reason".into(), json!(outcome.state_lost_reason));
     }
     document
-}
-
-/// The `exec --json` document, served by the CLI and (with the warm
-/// kernel's fields) the HTTP API.
-pub fn execution_document(execution: &sandlog_runtime::Execution) -> Value {
-    json!({
-        "outcome": execution.outcome,
-        "exit_code": execution.exit_code,
-        "stdout": String::from_utf8_lossy(&execution.stdout),
-        "stderr": String::from_utf8_lossy(&execution.stderr),
-        "stdout_truncated": execution.stdout_truncated,
-        "stderr_truncated": execution.stderr_truncated,
-        "fuel_consumed": execution.fuel_consumed,
-        "duration_ms": execution.duration_ms,
-        "files_written": execution.files_written,
-        "files_deleted": execution.files_deleted,
-        "message": execution.message,
-        "position": execution.position,
-        "scan_ms": execution.scan_ms,
-        "limit": execution.limit,
-        "files_changed_total": execution.files_changed_total,
-    })
 }
 
 /// A session's events for people and agents: payloads decoded.

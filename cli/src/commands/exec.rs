@@ -89,7 +89,7 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
     let failed =
         execution.outcome != Outcome::Ok || execution.exit_code.is_some_and(|code| code != 0);
     if output.json {
-        output.json(&sandlog_server::api::execution_document(&execution))?;
+        output.json(&sandlog_runtime::documents::execution_document(&execution))?;
     } else {
         let _ = std::io::stdout().lock().write_all(&execution.stdout);
         let _ = std::io::stdout().flush();

@@ -23,7 +23,7 @@ fn status(arg: StatusArg) -> SessionStatus {
     }
 }
 
-pub use sandlog_server::api::session_document;
+pub use sandlog_runtime::documents::session_document;
 
 pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<u8, CliError> {
     match command {
