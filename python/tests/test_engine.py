@@ -83,6 +83,7 @@ def test_a_bad_store_is_refused_with_its_reason(tmp_path: Path) -> None:
     # A server that is not there: an error naming the failure, no root made.
     with pytest.raises(sandlog.Error):
         sandlog.Engine.init(tmp_path / "r", store="host=/nonexistent-socket-dir dbname=x")
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_closed_engine_refuses_calls(root: Path) -> None:

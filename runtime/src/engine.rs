@@ -433,9 +433,11 @@ impl Engine {
                     .into(),
             });
         }
+        // Connected first: a shared log that cannot be reached leaves no
+        // half-made root behind.
+        let shared = crate::shared::connect(url, options.clock.clone())?;
         create_dir(root)?;
         create_dir(&layout.workspaces)?;
-        let shared = crate::shared::connect(url, options.clock.clone())?;
         anchor::check(
             root,
             shared.as_ref(),
