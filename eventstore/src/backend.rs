@@ -9,11 +9,10 @@
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
 
-use crate::blobs::{BlobPut, BlobTotals, ErasedBlob};
+use crate::blobs::{BlobPut, BlobState, BlobTotals, ErasedBlob};
 use crate::chain::{Digest, VerifyReport};
 use crate::error::{EventStoreError, Result};
 use crate::read::LogFilter;
-use crate::sqlite::EventStore;
 use crate::types::{ExpectedVersion, Head};
 
 /// The storage contract of the log.
@@ -27,14 +26,14 @@ use crate::types::{ExpectedVersion, Head};
 pub trait Backend: Send + Sync {
     /// The store's name in messages (a file path, a database name).
     fn name(&self) -> String;
-    /// See [`EventStore::append`].
+    /// See [`crate::EventStore::append`].
     fn append(
         &self,
         stream: StreamId,
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>>;
-    /// See [`EventStore::append_batch`]: several streams, one atomic
+    /// See [`crate::EventStore::append_batch`]: several streams, one atomic
     /// append, each stream checked against its own expected version.
     fn append_batch(
         &self,
@@ -54,15 +53,15 @@ pub trait Backend: Send + Sync {
     /// Fetch a blob.
     fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>>;
     /// What the store knows of a blob.
-    fn blob_state(&self, hash: &Hash) -> Result<crate::BlobState>;
+    fn blob_state(&self, hash: &Hash) -> Result<BlobState>;
     /// Stream a blob's checked bytes to `out`.
-    fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState>;
-    /// See [`EventStore::merkle_root`]: the RFC 6962 root of the first
+    fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<BlobState>;
+    /// See [`crate::EventStore::merkle_root`]: the RFC 6962 root of the first
     /// `size` events.
     fn merkle_root(&self, size: u64) -> Result<MerkleHash>;
-    /// See [`EventStore::inclusion_proof`].
+    /// See [`crate::EventStore::inclusion_proof`].
     fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>>;
-    /// See [`EventStore::consistency_proof`].
+    /// See [`crate::EventStore::consistency_proof`].
     fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>>;
     /// How many blobs are kept and erased, and their bytes.
     fn blob_totals(&self) -> Result<BlobTotals>;
@@ -139,82 +138,4 @@ pub trait UnitOfWork {
     /// Deletes a blob entirely (bytes and index row): for blobs no event
     /// names. `None` if it was not stored.
     fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>>;
-}
-
-impl Backend for EventStore {
-    fn name(&self) -> String {
-        self.path().display().to_string()
-    }
-
-    fn append(
-        &self,
-        stream: StreamId,
-        expected: ExpectedVersion,
-        events: &[NewEvent],
-    ) -> Result<Vec<Envelope>> {
-        EventStore::append(self, stream, expected, events)
-    }
-
-    fn append_batch(
-        &self,
-        batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
-    ) -> Result<Vec<Envelope>> {
-        EventStore::append_batch(self, batch)
-    }
-
-    fn query_page(&self, filter: &LogFilter) -> Result<Vec<Envelope>> {
-        self.query(filter.clone()).collect()
-    }
-
-    fn head(&self) -> Result<Head> {
-        EventStore::head(self)
-    }
-
-    fn stream_version(&self, stream: StreamId) -> Result<Option<StreamVersion>> {
-        EventStore::stream_version(self, stream)
-    }
-
-    fn verify(&self, digest: Option<Digest>) -> Result<VerifyReport> {
-        self.verify_with_progress(digest, |_| {})
-    }
-
-    fn put_blob(&self, bytes: &[u8]) -> Result<Hash> {
-        EventStore::put_blob(self, bytes)
-    }
-
-    fn get_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>> {
-        EventStore::get_blob(self, hash)
-    }
-
-    fn blob_state(&self, hash: &Hash) -> Result<crate::BlobState> {
-        EventStore::blob_state(self, hash)
-    }
-
-    fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<crate::BlobState> {
-        EventStore::read_blob(self, hash, out)
-    }
-
-    fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
-        EventStore::merkle_root(self, size)
-    }
-
-    fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
-        EventStore::inclusion_proof(self, position, size)
-    }
-
-    fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
-        EventStore::consistency_proof(self, old, new)
-    }
-
-    fn blob_totals(&self) -> Result<BlobTotals> {
-        EventStore::blob_totals(self)
-    }
-
-    fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>> {
-        EventStore::blob_hashes(self)
-    }
-
-    fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool> {
-        Unwritten::outcome(EventStore::write(self, |write| Unwritten::decide(f(write))))
-    }
 }

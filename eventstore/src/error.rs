@@ -171,7 +171,7 @@ pub enum EventStoreError {
     /// SQLite failed (disk full, locked past the busy timeout, I/O error);
     /// see [`EventStoreError::kind`] and [`EventStoreError::is_retryable`].
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(#[source] crate::sqlite::error::SqliteError),
     /// PostgreSQL failed (see [`EventStoreError::kind`] and
     /// [`EventStoreError::is_retryable`], which classify it by SQLSTATE).
     /// A lost connection is [`EventStoreError::Io`] instead.
@@ -195,7 +195,7 @@ pub enum EventStoreError {
         reason: String,
     },
     /// A consumer name or checkpoint given to a subscription was refused
-    /// (see [`crate::subscribe`]). Nothing was stored.
+    /// (see [`crate::sqlite::subscribe`]). Nothing was stored.
     #[error("consumer {name:?}: {reason}")]
     InvalidConsumer {
         /// The name (cut to a readable length).
@@ -264,8 +264,8 @@ impl EventStoreError {
             Self::BlobErased { .. } => "erased",
             Self::Poisoned => "poisoned",
             Self::Hook(_) => "hook",
-            Self::Sqlite(error) if is_disk_full(error) => "disk_full",
-            Self::Sqlite(error) if is_busy(error) => "busy",
+            Self::Sqlite(error) if error.is_disk_full() => "disk_full",
+            Self::Sqlite(error) if error.is_busy() => "busy",
             Self::Sqlite(_) => "database",
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::error_kind(error),
@@ -299,7 +299,7 @@ impl EventStoreError {
             Self::InvalidConsumer { .. } => ErrorClass::BadInput,
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
             Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
-            Self::Sqlite(error) if is_busy(error) => ErrorClass::Conflict,
+            Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::error_class(error),
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
@@ -312,7 +312,7 @@ impl EventStoreError {
     /// is not: the caller must re-read and re-decide first.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Sqlite(error) => is_busy(error),
+            Self::Sqlite(error) => error.is_busy(),
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::is_retryable(error),
             _ => false,
@@ -323,23 +323,6 @@ impl EventStoreError {
     pub fn is_integrity(&self) -> bool {
         self.class() == ErrorClass::Integrity
     }
-}
-
-/// Whether a SQLite error is "database or disk is full".
-pub fn is_disk_full(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DiskFull)
-    )
-}
-
-/// Whether a SQLite error is "database is locked" or "busy": the busy
-/// timeout ran out while another connection held a lock.
-pub fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }
 
 /// Result alias.

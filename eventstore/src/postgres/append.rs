@@ -1,4 +1,4 @@
-//! Appending on PostgreSQL: the rules of [`crate::append`] (expected
+//! Appending on PostgreSQL: the rules of [`crate::batch`] (expected
 //! versions, idempotent retries by event id, gapless positions, the hash
 //! chain, `recorded_at` never going backwards, the Merkle nodes in the same
 //! transaction), under the append lock.
@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp};
 
-use crate::append::{
+use crate::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
 use crate::blobs::{BlobPut, ErasedBlob};

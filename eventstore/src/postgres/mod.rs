@@ -5,7 +5,7 @@
 //! **Same input, same log.** Positions, stream versions, `recorded_at`,
 //! chain hashes, stored Merkle nodes and blob chunks are computed by the
 //! same pure code as SQLite's (`sandlog-core`'s canonical encoding and
-//! RFC 6962 tree; [`crate::append`]'s rules; [`crate::merkle`]'s stored
+//! RFC 6962 tree; [`crate::batch`]'s rules; [`crate::merkle`]'s stored
 //! levels; [`crate::blobs`]' chunk format), so the same appends with the
 //! same clock give the same hashes, roots and proofs on both backends.
 //!

@@ -22,7 +22,7 @@ use crate::types::Head;
 
 use super::{PgEventStore, Session, read_session, to_i64};
 
-pub(crate) use crate::rows::ENVELOPE_COLUMNS;
+pub(crate) use crate::read::ENVELOPE_COLUMNS;
 
 /// Rows fetched per round trip by `verify`'s walk: enough that the round
 /// trips vanish against the hashing, few enough that a batch of maximal

@@ -10,10 +10,6 @@ use uuid::Uuid;
 use crate::error::{EventStoreError, Result};
 use crate::types::Head;
 
-/// The columns of an envelope, in the order [`envelope_from_row`] reads them.
-pub const ENVELOPE_COLUMNS: &str = "position, stream, version, event_id, kind, schema, recorded_at, actor, \
-     correlation_id, causation_id, payload, prev_hash, hash";
-
 fn malformed(position: Position, reason: impl Into<String>) -> EventStoreError {
     EventStoreError::Corrupt {
         position,
@@ -70,7 +66,7 @@ fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> R
     str_column(row, index, position, name).map(str::to_owned)
 }
 
-/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`] (read
+/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`](crate::read::ENVELOPE_COLUMNS) (read
 /// models catching up inside a write transaction use it too).
 /// A row of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
 pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {

@@ -9,10 +9,11 @@ use rusqlite::{Transaction, TransactionBehavior};
 use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, StreamId};
 
-use crate::append::insert_batch;
-use crate::blobs::{self, BlobPut, ErasedBlob};
+use super::EventStore;
+use super::append::insert_batch;
+use super::blobs;
+use crate::blobs::{BlobPut, ErasedBlob};
 use crate::error::{EventStoreError, Result};
-use crate::sqlite::EventStore;
 use crate::types::ExpectedVersion;
 
 /// An open write transaction. Made by [`EventStore::write`]; everything

@@ -5,11 +5,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::Position;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
 
-use super::{
-    MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, StoredNodes, check_consistency_sizes,
-    check_tree_size, fold_events, inclusion_index, missing_node, to_i64,
-};
+use super::{StoredNodes, fold_events, to_i64};
 use crate::error::{EventStoreError, Result};
+use crate::merkle::{
+    MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, check_consistency_sizes, check_tree_size,
+    inclusion_index, missing_node,
+};
 use crate::sqlite::EventStore;
 
 impl EventStore {

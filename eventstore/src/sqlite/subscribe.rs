@@ -45,9 +45,9 @@ use std::time::{Duration, Instant};
 use rusqlite::OptionalExtension;
 use sandlog_core::{Envelope, Position};
 
+use super::EventStore;
 use crate::error::{EventStoreError, Result};
 use crate::read::{LogFilter, PAGE_EVENTS};
-use crate::sqlite::EventStore;
 
 /// How long a caught-up subscription waits between looks for new events:
 /// short enough to feel live, long enough that an idle follower costs
@@ -258,7 +258,7 @@ impl EventStore {
                 .map_err(|_| corrupt(format!("its position {value} is negative")))?,
             _ => return Err(corrupt("its position is not an integer".to_owned())),
         };
-        let head = crate::rows::read_head(&connection)?.position;
+        let head = super::rows::read_head(&connection)?.position;
         if position > head {
             return Err(corrupt(format!(
                 "its position {position} is past the log's last event ({head}): the log is not \
@@ -280,7 +280,7 @@ impl EventStore {
         check_consumer_name(name)?;
         let now = self.clock.now().unix_micros();
         self.with_write_transaction(|transaction| {
-            let head = crate::rows::read_head(transaction)?.position;
+            let head = super::rows::read_head(transaction)?.position;
             if position > head {
                 return Err(EventStoreError::InvalidConsumer {
                     name: name.to_owned(),

@@ -17,10 +17,28 @@
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
 //!   (see [`crate::merkle`]); `checkpoints`: signed checkpoints issued.
 //! * `consumer_checkpoints`: the position each named subscriber has
-//!   processed up to (see [`crate::subscribe`]); it only moves forward.
+//!   processed up to (see [`subscribe`]); it only moves forward.
 //!
 //! Read models of `sandlog-projections` live in the same file, in their own
 //! tables, so they commit atomically with the events they fold.
+//!
+//! Every `rusqlite` type the crate uses stays in this module and its
+//! children; the rest of the crate, and every other crate, sees the
+//! crate's own types ([`SqliteError`] for SQLite's failures).
+
+pub mod append;
+mod backend;
+pub mod blobs;
+pub mod chain;
+pub mod error;
+pub mod import;
+pub mod merkle;
+pub mod read;
+pub mod rows;
+pub mod subscribe;
+pub mod write;
+
+pub use error::{SqliteError, is_busy, is_disk_full};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -281,7 +299,7 @@ fn not_a_database(path: &Path, error: rusqlite::Error) -> EventStoreError {
                 reason: error.to_string(),
             }
         }
-        _ => EventStoreError::Sqlite(error),
+        _ => error.into(),
     }
 }
 
@@ -371,7 +389,7 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
             transaction.execute_batch(script)?;
         }
         if from < MERKLE_SCHEMA_VERSION {
-            let folded = crate::merkle::fold_events(&transaction, 0)?;
+            let folded = merkle::fold_events(&transaction, 0)?;
             tracing::info!(
                 events = folded,
                 "built the Merkle tree over the existing log"
@@ -501,5 +519,11 @@ impl EventStore {
         let value = f(&transaction)?;
         self.commit(transaction)?;
         Ok(value)
+    }
+}
+
+impl From<rusqlite::Error> for EventStoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        EventStoreError::Sqlite(SqliteError::from(error))
     }
 }
