@@ -1,7 +1,7 @@
 //! The one error enum of `sandlog-projections`.
 
 use sandlog_core::SessionId;
-use sandlog_eventstore::EventStoreError;
+use sandlog_eventstore::{EventStoreError, SqliteError};
 
 /// Errors of the projections.
 #[derive(Debug, thiserror::Error)]
@@ -12,7 +12,7 @@ pub enum ProjectionError {
     Store(#[from] EventStoreError),
     /// The read-model tables failed.
     #[error("read model: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(#[source] SqliteError),
     /// A read-model row does not decode: the read model is damaged. Rebuild
     /// it (`sandlog verify` checks it against a rebuild).
     #[error("read model is corrupt: {0}; rebuild it")]
@@ -36,7 +36,7 @@ impl ProjectionError {
         use sandlog_core::ErrorClass;
         match self {
             Self::Store(error) => error.class(),
-            Self::Sqlite(error) if sandlog_eventstore::is_busy(error) => ErrorClass::Conflict,
+            Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
             Self::Sqlite(_) => ErrorClass::Io,
             Self::Corrupt(_) => ErrorClass::Integrity,
             Self::UnknownSession(_) => ErrorClass::NotFound,
@@ -48,8 +48,8 @@ impl ProjectionError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Store(error) => error.kind(),
-            Self::Sqlite(error) if sandlog_eventstore::is_busy(error) => "busy",
-            Self::Sqlite(error) if sandlog_eventstore::is_disk_full(error) => "disk_full",
+            Self::Sqlite(error) if error.is_busy() => "busy",
+            Self::Sqlite(error) if error.is_disk_full() => "disk_full",
             Self::Sqlite(_) => "database",
             Self::Corrupt(_) => "read_model_corrupt",
             Self::UnknownSession(_) => "not_found",

@@ -1,12 +1,12 @@
-//! Queries on which events name which blobs (`rm_blob_refs`): what `gc`
-//! keeps, what `erase` removes and what a legal hold protects.
+//! Which events name which blobs: what `gc` keeps, what `erase` removes
+//! and what a legal hold protects. The queries, over the read model's
+//! `rm_blob_refs`, are in [`crate::sqlite::evidence`] and re-exported.
 
-use rusqlite::params;
 use sandlog_core::{Hash, Position, SessionId, WorkspacePath};
-use sandlog_eventstore::EventStore;
 
-use crate::error::{ProjectionError, Result};
-use crate::query::session_id_column;
+pub use crate::sqlite::evidence::{
+    expired_blobs, held_sessions_naming, is_referenced, referenced_blobs, refs_to, session_refs,
+};
 
 /// One event's reference to a blob whose bytes it says were stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,118 +21,4 @@ pub struct BlobRef {
     pub role: String,
     /// The file's path, for `file`.
     pub path: Option<WorkspacePath>,
-}
-
-fn hash_column(bytes: &[u8]) -> Result<Hash> {
-    Hash::from_slice(bytes)
-        .ok_or_else(|| ProjectionError::Corrupt("a blob reference is not 32 bytes".into()))
-}
-
-fn ref_from_row(row: &rusqlite::Row<'_>) -> Result<BlobRef> {
-    let hash: Vec<u8> = row.get(0)?;
-    let path: Option<String> = row.get(4)?;
-    Ok(BlobRef {
-        hash: hash_column(&hash)?,
-        session_id: session_id_column(row, 1)?,
-        position: Position(u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0)),
-        role: row.get(3)?,
-        path: match path {
-            None => None,
-            Some(text) => Some(WorkspacePath::parse(&text).map_err(|error| {
-                ProjectionError::Corrupt(format!("blob reference path {text:?}: {error}"))
-            })?),
-        },
-    })
-}
-
-/// The blob references of a session's events, in position order.
-pub fn session_refs(store: &EventStore, session_id: SessionId) -> Result<Vec<BlobRef>> {
-    store.with_reader(|connection| {
-        let mut statement = connection.prepare_cached(
-            "SELECT hash, session_id, position, role, path FROM rm_blob_refs WHERE session_id = ?1 ORDER BY position",
-        )?;
-        let mut rows = statement.query([session_id.to_string()])?;
-        let mut refs = Vec::new();
-        while let Some(row) = rows.next()? {
-            refs.push(ref_from_row(row)?);
-        }
-        Ok(refs)
-    })
-}
-
-/// Every reference to `hash`, in position order.
-pub fn refs_to(store: &EventStore, hash: &Hash) -> Result<Vec<BlobRef>> {
-    store.with_reader(|connection| {
-        let mut statement = connection.prepare_cached(
-            "SELECT hash, session_id, position, role, path FROM rm_blob_refs WHERE hash = ?1 ORDER BY position",
-        )?;
-        let mut rows = statement.query([hash.0.as_slice()])?;
-        let mut refs = Vec::new();
-        while let Some(row) = rows.next()? {
-            refs.push(ref_from_row(row)?);
-        }
-        Ok(refs)
-    })
-}
-
-/// Whether any event names `hash`.
-pub fn is_referenced(store: &EventStore, hash: &Hash) -> Result<bool> {
-    store.with_reader(|connection| {
-        Ok(connection
-            .prepare_cached("SELECT 1 FROM rm_blob_refs WHERE hash = ?1")?
-            .exists([hash.0.as_slice()])?)
-    })
-}
-
-/// Blobs whose newest reference is at or before `position` and that no
-/// held session names: what a retention policy may erase.
-pub fn expired_blobs(store: &EventStore, position: Position) -> Result<Vec<Hash>> {
-    store.with_reader(|connection| {
-        let mut statement = connection.prepare_cached(
-            "SELECT refs.hash FROM rm_blob_refs AS refs \
-             GROUP BY refs.hash HAVING max(refs.position) <= ?1 \
-             AND NOT EXISTS (SELECT 1 FROM rm_blob_refs AS other JOIN rm_sessions AS held \
-                 ON held.session_id = other.session_id \
-                 WHERE other.hash = refs.hash AND held.held IS NOT NULL) \
-             ORDER BY refs.hash",
-        )?;
-        let mut rows = statement.query(params![i64::try_from(position.0).unwrap_or(i64::MAX)])?;
-        let mut hashes = Vec::new();
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
-            hashes.push(hash_column(&bytes)?);
-        }
-        Ok(hashes)
-    })
-}
-
-/// The held sessions (with their reasons) among those naming `hash`.
-pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(SessionId, String)>> {
-    store.with_reader(|connection| {
-        let mut statement = connection.prepare_cached(
-            "SELECT DISTINCT s.session_id, s.held FROM rm_blob_refs AS r JOIN rm_sessions AS s \
-             ON s.session_id = r.session_id WHERE r.hash = ?1 AND s.held IS NOT NULL ORDER BY s.session_id",
-        )?;
-        let mut rows = statement.query([hash.0.as_slice()])?;
-        let mut held = Vec::new();
-        while let Some(row) = rows.next()? {
-            held.push((session_id_column(row, 0)?, row.get(1)?));
-        }
-        Ok(held)
-    })
-}
-
-/// Every blob some event says was stored, once each, in address order.
-pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
-    store.with_reader(|connection| {
-        let mut statement =
-            connection.prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash")?;
-        let mut rows = statement.query([])?;
-        let mut hashes = Vec::new();
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
-            hashes.push(hash_column(&bytes)?);
-        }
-        Ok(hashes)
-    })
 }

@@ -7,6 +7,10 @@
 //! and catch-up; as-of replay ([`replay`]); queries, including prune
 //! candidates ([`query`], [`prune`]).
 //!
+//! The read models and the queries over them are SQLite code and live in
+//! [`sqlite`], re-exported here under their usual paths; the fold, the
+//! prune planner, replay and the result types import nothing of a backend.
+//!
 //! Never does: read the clock (callers pass `now`), touch the filesystem,
 //! or append events. The fold decides nothing: rules live in the runtime's
 //! command handlers and in the pure prune planner.
@@ -15,9 +19,11 @@ pub mod error;
 pub mod evidence;
 pub mod prune;
 pub mod query;
-pub mod read_model;
 pub mod replay;
+pub mod sqlite;
 pub mod state;
+
+pub use sqlite::read_model;
 
 pub use error::{ProjectionError, Result};
 pub use query::{FileView, PrunePlan, SeedMetadata, SessionSummary, StoreStats, TreeNode};
