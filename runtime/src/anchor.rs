@@ -196,7 +196,7 @@ pub fn check(
             let Some(first) = first else {
                 if anchor.genesis_hash.is_some() {
                     // The root's own file, or a shared database.
-                    let reason = if store.name().ends_with(crate::engine::DATABASE_FILE) {
+                    let reason = if store.name().ends_with(crate::layout::DATABASE_FILE) {
                         "sandlog.db has no events".to_owned()
                     } else {
                         format!("the shared log ({}) has no events", store.name())

@@ -1,6 +1,6 @@
 //! The [`Engine`]: opens a root, and turns commands into side effects and
-//! the events that record them. This module holds the root's layout,
-//! opening and what every command shares; the commands live beside it
+//! the events that record them. This module holds opening and what every
+//! command shares (the root's layout is in [`crate::layout`]); the commands live beside it
 //! (`exec`, `files`, `sessions`, `lifecycle`, ...), each an `impl Engine`.
 //!
 //! Every command handler follows one shape: check the rules against the
@@ -23,93 +23,14 @@ use crate::anchor;
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::{CompileObserver, ExecLimits, ReadonlyMount, Sandbox, SandboxError};
 
-/// The database file under the root.
-pub const DATABASE_FILE: &str = "sandlog.db";
-/// Session workspaces under the root.
-pub const WORKSPACES_DIR: &str = "workspaces";
-/// Precompiled modules under the root, used only when the per-user cache
-/// ([`default_cache_dir`]) is unknown or unusable.
-pub const CACHE_DIR: &str = "cache";
-/// Orphan directories moved out of `workspaces/`.
-pub const QUARANTINE_DIR: &str = "quarantine";
-/// Evidence kept from adoption (corrupted metadata files).
-pub const EVIDENCE_DIR: &str = "evidence";
-/// Guest runtimes, when not given elsewhere.
-pub const RUNTIMES_DIR: &str = "runtimes";
-/// The root's node name (one line), written on first open: the name
-/// stays with the root when it moves to another host.
-pub const NODE_FILE: &str = "node";
-/// The environment variable naming this process's node.
-pub const NODE_ENV: &str = "SANDLOG_NODE";
+pub use crate::layout::{
+    CACHE_DIR, CACHE_DIR_ENV, DATABASE_FILE, EVIDENCE_DIR, Layout, NODE_ENV, NODE_FILE,
+    QUARANTINE_DIR, RUNTIMES_DIR, RUNTIMES_DIR_ENV, WORKSPACES_DIR, default_cache_dir,
+};
 
 /// Longest code accepted for one execution, bytes. Code travels in the
 /// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.
 pub const CODE_BYTES_MAX: usize = 1024 * 1024;
-
-/// The environment variable naming the directory with `python.wasm` and
-/// `quickjs.wasm`.
-pub const RUNTIMES_DIR_ENV: &str = "SANDLOG_RUNTIMES_DIR";
-
-/// The environment variable naming the precompiled-module cache, instead
-/// of the per-user default (see [`default_cache_dir`]).
-pub const CACHE_DIR_ENV: &str = "SANDLOG_CACHE_DIR";
-
-/// The precompiled-module cache every root of this user shares unless told
-/// otherwise: `$XDG_CACHE_HOME/sandlog`, else `$HOME/.cache/sandlog` (as
-/// the XDG base directory specification says, a relative or empty value is
-/// ignored). `None` if neither variable gives an absolute path.
-///
-/// One cache per user, not per root: a module is compiled once per
-/// machine, wasmtime version and CPU, and a new root's first execution
-/// loads it in milliseconds. [`CACHE_DIR_ENV`] and
-/// [`EngineOptions::cache_dir`] override it.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    let absolute = |name: &str| {
-        std::env::var_os(name)
-            .map(PathBuf::from)
-            .filter(|path| path.is_absolute())
-    };
-    absolute("XDG_CACHE_HOME")
-        .map(|cache| cache.join("sandlog"))
-        .or_else(|| absolute("HOME").map(|home| home.join(".cache").join("sandlog")))
-}
-
-/// The paths of a root.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    /// The root.
-    pub root: PathBuf,
-    /// `sandlog.db`.
-    pub database: PathBuf,
-    /// `workspaces/`.
-    pub workspaces: PathBuf,
-    /// `cache/`: precompiled modules, only when the per-user cache is
-    /// unknown or unusable.
-    pub cache: PathBuf,
-    /// `quarantine/`.
-    pub quarantine: PathBuf,
-    /// `evidence/`.
-    pub evidence: PathBuf,
-}
-
-impl Layout {
-    /// The layout under `root`.
-    pub fn new(root: &Path) -> Layout {
-        Layout {
-            root: root.to_owned(),
-            database: root.join(DATABASE_FILE),
-            workspaces: root.join(WORKSPACES_DIR),
-            cache: root.join(CACHE_DIR),
-            quarantine: root.join(QUARANTINE_DIR),
-            evidence: root.join(EVIDENCE_DIR),
-        }
-    }
-
-    /// A session's workspace directory.
-    pub fn workspace(&self, session_id: SessionId) -> PathBuf {
-        self.workspaces.join(session_id.to_string())
-    }
-}
 
 /// How to open an engine.
 #[derive(Debug, Clone)]
@@ -435,7 +356,7 @@ impl Engine {
         }
         // Connected first: a shared log that cannot be reached leaves no
         // half-made root behind.
-        let shared = crate::shared::connect(url, options.clock.clone())?;
+        let shared = Engine::connect_shared(url, options.clock.clone())?;
         create_dir(root)?;
         create_dir(&layout.workspaces)?;
         anchor::check(
@@ -642,7 +563,7 @@ impl Engine {
     /// A catch-up subscription to the events matching `filter`: every
     /// event after a position or a named consumer's checkpoint, at least
     /// once and in position order, then what any process appends (see
-    /// [`sandlog_eventstore::subscribe`]).
+    /// [`sandlog_eventstore::sqlite::subscribe`]).
     ///
     /// # Errors
     ///

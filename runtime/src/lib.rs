@@ -9,8 +9,10 @@
 //!
 //! # Layout
 //!
-//! * [`engine`]: the root's layout, `Engine::open` and what every command
-//!   shares (session locks and leases, appends to a session).
+//! * [`layout`]: where things are in a root, and the variables that move
+//!   them.
+//! * [`engine`]: `Engine::open` and what every command shares (session
+//!   locks and leases, appends to a session).
 //! * [`exec`]: runtimes, execution requests and `Engine::execute`.
 //! * [`files`]: host file operations (list, read, write, delete).
 //! * [`workspace`]: capability-based access to one workspace (S5).
@@ -49,6 +51,7 @@ pub mod forensics;
 pub mod history;
 pub mod kernel;
 pub mod keys;
+pub mod layout;
 pub mod lease;
 pub mod lifecycle;
 pub mod migrate;

@@ -37,32 +37,32 @@ pub fn is_database_url(store: &str) -> bool {
     )
 }
 
-/// Connects to the shared log at `url`.
-#[cfg(feature = "postgres")]
-pub(crate) fn connect(
-    url: &str,
-    clock: std::sync::Arc<dyn sandlog_core::Clock>,
-) -> Result<Box<dyn Backend>> {
-    use sandlog_eventstore::postgres::{PgEventStore, PgOptions};
-    let store = PgEventStore::connect_with(url, PgOptions::default().clock(clock))?;
-    Ok(Box::new(store))
-}
-
-/// Without PostgreSQL support there is no shared log to connect to.
-#[cfg(not(feature = "postgres"))]
-pub(crate) fn connect(
-    url: &str,
-    _clock: std::sync::Arc<dyn sandlog_core::Clock>,
-) -> Result<Box<dyn Backend>> {
-    Err(RuntimeError::BadLocation {
-        location: crate::migrate::LogLocation::parse(url).describe(),
-        reason: "this build has no PostgreSQL support (sandlog-runtime's `postgres` feature); \
-                 rebuild with it, or leave the store unset to keep the log in the root"
-            .into(),
-    })
-}
-
 impl Engine {
+    /// Connects to the shared log at `url`.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn connect_shared(
+        url: &str,
+        clock: std::sync::Arc<dyn sandlog_core::Clock>,
+    ) -> Result<Box<dyn Backend>> {
+        use sandlog_eventstore::postgres::{PgEventStore, PgOptions};
+        let store = PgEventStore::connect_with(url, PgOptions::default().clock(clock))?;
+        Ok(Box::new(store))
+    }
+
+    /// Without PostgreSQL support there is no shared log to connect to.
+    #[cfg(not(feature = "postgres"))]
+    pub(crate) fn connect_shared(
+        url: &str,
+        _clock: std::sync::Arc<dyn sandlog_core::Clock>,
+    ) -> Result<Box<dyn Backend>> {
+        Err(RuntimeError::BadLocation {
+            location: crate::migrate::LogLocation::parse(url).describe(),
+            reason: "this build has no PostgreSQL support (sandlog-runtime's `postgres` feature); \
+                     rebuild with it, or leave the store unset to keep the log in the root"
+                .into(),
+        })
+    }
+
     /// The log: the shared database when there is one, else the root's
     /// file. Blobs are read here.
     pub(crate) fn backend(&self) -> &dyn Backend {
