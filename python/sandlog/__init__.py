@@ -31,6 +31,8 @@ from ._errors import Conflict, Error, IntegrityError, InvalidInput, LimitExceede
 
 __all__ = [
     "Engine",
+    "generate_key",
+    "verify_evidence",
     "Session",
     "Execution",
     "FileInfo",
@@ -201,6 +203,9 @@ class Session:
     """The task group given at creation."""
     max_size: Optional[int] = None
     """The size limit given at creation, bytes (else the root's default applies)."""
+    node: Optional[str] = None
+    """The node (host) that created it; only that node runs code in it, changes
+    its files or deletes it when the log is shared."""
 
     @classmethod
     def _from_native(cls, raw: Dict[str, Any]) -> "Session":
@@ -218,6 +223,7 @@ class Session:
             held=raw["held"],
             group=raw["group"],
             max_size=raw["max_size"],
+            node=raw["node"],
         )
 
 
@@ -396,20 +402,26 @@ class Engine:
         self._native = native
 
     @classmethod
-    def init(cls, root: PathLike, *, store: Optional[str] = None) -> "Engine":
+    def init(cls, root: PathLike, *, store: Optional[str] = None, node: Optional[str] = None) -> "Engine":
         """Creates a root at ``root`` if there is none (its directories, the
         database, the anchor), then opens it. With ``store``, a PostgreSQL
         URL, the root is a node of that shared log (see :meth:`open`)."""
         path = _path("root", root)
         store = _store(store)
+        node = _optional_text("node", node)
         if store is not None:
-            return cls(_sandlog.Engine.open(path, None, store, True))
+            return cls(_sandlog.Engine.open(path, None, store, True, node))
         _sandlog.Engine.init(path)
-        return cls(_sandlog.Engine.open(path))
+        return cls(_sandlog.Engine.open(path, None, None, False, node))
 
     @classmethod
     def open(
-        cls, root: PathLike, *, store: Optional[str] = None, correlation_id: Optional[str] = None
+        cls,
+        root: PathLike,
+        *,
+        store: Optional[str] = None,
+        node: Optional[str] = None,
+        correlation_id: Optional[str] = None,
     ) -> "Engine":
         """Opens an existing root; raises :class:`NotFound` if there is none.
 
@@ -420,12 +432,17 @@ class Engine:
         replica of the log that reads are served from. ``correlation_id`` (a
         task id such as ``"task-42"``, or a UUID) is recorded on every event
         this handle appends, as the CLI's ``--correlation-id`` records it;
-        ``sandlog log --correlation task-42`` finds them."""
+        ``sandlog log --correlation task-42`` finds them. ``node`` names the
+        host this handle acts for on a shared log (default: the root's
+        ``node`` file, else the host name): sessions record the node that
+        created them, and only that node runs code in them, changes their
+        files, deletes, prunes or reconciles them."""
         path = _path("root", root)
         store = _store(store)
+        node = _optional_text("node", node)
         if correlation_id is not None and not isinstance(correlation_id, str):
             raise TypeError(f"correlation_id must be a str, not {type(correlation_id).__name__}")
-        return cls(_sandlog.Engine.open(path, correlation_id, store))
+        return cls(_sandlog.Engine.open(path, correlation_id, store, False, node))
 
     def close(self) -> None:
         """Closes this handle. Calls already running in other threads finish."""
@@ -440,6 +457,23 @@ class Engine:
     def root(self) -> str:
         """The root directory."""
         return self._native.root()
+
+    @property
+    def node(self) -> str:
+        """The node (host) this handle acts for."""
+        return self._native.node()
+
+    @property
+    def shared(self) -> bool:
+        """Whether the root is a node of a log shared by several hosts."""
+        return bool(self._native.is_shared())
+
+    def sync(self) -> int:
+        """Copies the events other nodes appended to the shared log into this
+        node's replica; returns how many (0 without a shared log). Writes do
+        this themselves; call it before reads that must see other nodes'
+        latest events."""
+        return int(self._native.sync())
 
     def __enter__(self) -> "Engine":
         return self
@@ -739,3 +773,51 @@ class Engine:
             skipped=[(str(name), str(reason)) for name, reason in raw["skipped"]],
             raw=raw,
         )
+
+    def sign_checkpoint(self, key: PathLike) -> str:
+        """Signs a checkpoint of the log as it is now with the signing key
+        file ``key`` (see :func:`generate_key`) and stores it; returns the
+        signed note (C2SP format), which anyone holding the verifier key can
+        check, and which later proofs are made against."""
+        return self._native.sign_checkpoint(_path("key", key))
+
+    def verify_checkpoint(self, checkpoint: str, vkey: str) -> Dict[str, Any]:
+        """Checks that this log still extends a checkpoint signed earlier:
+        the note's signature by ``vkey`` (the verifier key's text, or a file
+        holding it), then the log's Merkle tree against the signed root.
+        Returns ``checkpoint_size``, ``log_size`` and ``log_root``;
+        :class:`IntegrityError` if the log was rewritten."""
+        report: Dict[str, Any] = json.loads(
+            self._native.verify_checkpoint(_text("checkpoint", checkpoint), _text("vkey", vkey))
+        )
+        return report
+
+    def export_evidence(self, session_id: str, *, key: Optional[PathLike] = None) -> bytes:
+        """One session's offline evidence bundle (JSON bytes): its events,
+        an inclusion proof for each, a signed checkpoint, and the blobs its
+        events name that are kept (its code, output and files). With
+        ``key``, a checkpoint is signed now; without, the newest stored one
+        is used (:class:`NotFound` if there is none). Check it anywhere with
+        :func:`verify_evidence` and the verifier key alone."""
+        key_path = None if key is None else _path("key", key)
+        return self._native.export_evidence(_text("session_id", session_id), key_path)
+
+
+def generate_key(path: PathLike, *, name: str) -> str:
+    """Writes a new Ed25519 signing key for checkpoints of the log called
+    ``name`` to ``path`` (mode 0600; an existing file is never replaced).
+    Returns the verifier key: the text to hand to auditors."""
+    return _sandlog.generate_key(_text("name", name), _path("path", path))
+
+
+def verify_evidence(bundle: bytes, vkey: str) -> Dict[str, Any]:
+    """Verifies an evidence bundle made by :meth:`Engine.export_evidence`
+    with nothing but the verifier key ``vkey`` (its text, or a file holding
+    it): the checkpoint's signature, each event's hash and inclusion proof,
+    that the session's stream is complete, and each carried blob's hash.
+    Needs no root and no database. Returns the report (``session_id``,
+    ``events``, ``blobs``, ``missing_blobs``, ``checkpoint_size``,
+    ``origin``, ``state``); :class:`IntegrityError` names the first thing
+    that does not hold."""
+    report: Dict[str, Any] = json.loads(_sandlog.verify_evidence(_bytes("bundle", bundle), _text("vkey", vkey)))
+    return report

@@ -23,6 +23,9 @@ use sandlog_runtime::core::{
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
+use sandlog_runtime::proofs::{
+    generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
+};
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides, Runtime, RuntimeError};
 
 /// Most events one `log_page` call returns; the Python iterator asks page by
@@ -153,6 +156,7 @@ fn session_dict<'py>(py: Python<'py>, summary: &SessionSummary) -> PyResult<Boun
     dict.set_item("held", summary.held.clone())?;
     dict.set_item("group", summary.group.clone())?;
     dict.set_item("max_size", summary.max_size)?;
+    dict.set_item("node", summary.node.clone())?;
     dict.set_item(
         "last_outcome",
         summary.last_outcome.map(|outcome| outcome.as_str()),
@@ -218,15 +222,18 @@ impl PyEngine {
     /// Opens an existing root; `correlation_id` (a task id or a UUID) is
     /// recorded on every event this engine appends. With `store` (a
     /// PostgreSQL URL), the root is a node of that shared log; `create`
-    /// makes the node's root if it is missing.
+    /// makes the node's root if it is missing. `node` names the host the
+    /// engine acts for (default: the root's `node` file, else the host
+    /// name).
     #[staticmethod]
-    #[pyo3(signature = (root, correlation_id=None, store=None, create=false))]
+    #[pyo3(signature = (root, correlation_id=None, store=None, create=false, node=None))]
     fn open(
         py: Python<'_>,
         root: PathBuf,
         correlation_id: Option<String>,
         store: Option<String>,
         create: bool,
+        node: Option<String>,
     ) -> PyResult<PyEngine> {
         let engine = run(py, move || {
             let options = EngineOptions {
@@ -237,6 +244,7 @@ impl PyEngine {
                     .transpose()?,
                 store,
                 create,
+                node,
                 ..EngineOptions::default()
             };
             Ok(Engine::open(&root, options)?)
@@ -269,6 +277,22 @@ impl PyEngine {
         self.with(py, |engine| {
             Ok(engine.layout().root.to_string_lossy().into_owned())
         })
+    }
+
+    /// The node this engine acts for.
+    fn node(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |engine| Ok(engine.node().to_owned()))
+    }
+
+    /// Whether the root is a node of a shared log.
+    fn is_shared(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |engine| Ok(engine.is_shared()))
+    }
+
+    /// Copies the shared log's new events into this node's replica;
+    /// returns how many (0 without a shared log).
+    fn sync(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |engine| Ok(engine.sync()?))
     }
 
     #[pyo3(signature = (labels, group=None, max_size=None, context=Vec::new(), readonly=Vec::new()))]
@@ -612,12 +636,71 @@ impl PyEngine {
     fn adopt(&self, py: Python<'_>, source: PathBuf) -> PyResult<String> {
         self.with(py, move |engine| json(&engine.adopt(&source, &|_, _| {})?))
     }
+
+    /// Signs a checkpoint of the log now with the key file at `key`;
+    /// returns the signed note.
+    fn sign_checkpoint(&self, py: Python<'_>, key: PathBuf) -> PyResult<String> {
+        self.with(py, move |engine| {
+            let key = read_signer_key(&key)?;
+            Ok(engine.sign_checkpoint(&key)?.note)
+        })
+    }
+
+    /// Checks that the log extends a signed checkpoint `note` (verifier
+    /// key text or file `vkey`); JSON of what was compared.
+    fn verify_checkpoint(&self, py: Python<'_>, note: &str, vkey: &str) -> PyResult<String> {
+        self.with(py, |engine| {
+            let key = read_verifier_key(vkey)?;
+            json(&engine.verify_checkpoint(note, &key)?)
+        })
+    }
+
+    /// One session's offline evidence bundle, as JSON bytes: signed now
+    /// with the key file at `key`, else against the newest stored
+    /// checkpoint.
+    fn export_evidence<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        key: Option<PathBuf>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, move |engine| {
+            let key = key.as_deref().map(read_signer_key).transpose()?;
+            let bundle = engine.export_bundle(self::session_id(session_id)?, key.as_ref())?;
+            json(&bundle)
+        })?;
+        Ok(PyBytes::new(py, bytes.as_bytes()))
+    }
+}
+
+/// Writes a new signing key for checkpoints named `name` to `path` (mode
+/// 0600, never over an existing file); returns its verifier key, the text
+/// to give to auditors.
+#[pyfunction]
+fn generate_key(py: Python<'_>, name: &str, path: PathBuf) -> PyResult<String> {
+    run(py, move || {
+        Ok(generate_key_file(name, &path)?.verifier().to_string())
+    })
+}
+
+/// Verifies an evidence bundle with no database and no engine: the
+/// checkpoint's signature by `vkey` (verifier key text or file), every
+/// event's hash and inclusion proof, the stream's completeness, every
+/// blob's hash. JSON of the report.
+#[pyfunction]
+fn verify_evidence(py: Python<'_>, bundle: &[u8], vkey: &str) -> PyResult<String> {
+    run(py, move || {
+        let key = read_verifier_key(vkey)?;
+        json(&verify_bundle(bundle, &key)?)
+    })
 }
 
 /// The native module.
 #[pymodule]
 fn _sandlog(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyEngine>()?;
+    module.add_function(wrap_pyfunction!(generate_key, module)?)?;
+    module.add_function(wrap_pyfunction!(verify_evidence, module)?)?;
     module.add("LOG_PAGE_EVENTS_MAX", LOG_PAGE_EVENTS_MAX)?;
     Ok(())
 }

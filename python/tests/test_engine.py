@@ -59,20 +59,32 @@ def test_open_with_a_correlation_id_records_it_on_every_event(root: Path) -> Non
 
 
 def test_two_roots_are_nodes_of_one_shared_postgresql_log(tmp_path: Path, pg_url: str) -> None:
-    with sandlog.Engine.init(tmp_path / "a", store=pg_url) as a, sandlog.Engine.init(tmp_path / "b", store=pg_url) as b:
+    with sandlog.Engine.init(tmp_path / "a", store=pg_url, node="node-a") as a, sandlog.Engine.init(
+        tmp_path / "b", store=pg_url, node="node-b"
+    ) as b:
+        assert (a.node, b.node, a.shared, b.shared) == ("node-a", "node-b", True, True)
         sid = a.create_session()
         run = a.execute(sid, "print(6 * 7)")
         assert run.stdout == "42\n"
         a.write_file(sid, "notes.txt", b"on a")
-        # The other node reads the session and its log from the shared log.
+        # The other node copies what a appended, and reads the session and
+        # its log from its replica.
+        assert b.sync() > 0
+        assert b.sync() == 0
         seen = b.session(sid)
-        assert seen.exec_count == 1
+        assert (seen.exec_count, seen.node) == (1, "node-a")
         kinds = [event["kind"] for event in b.log(session_id=sid)]
         assert kinds[:1] == ["session.created"] and "file.written" in kinds
+        # Only the session's own node changes it.
+        with pytest.raises(sandlog.Error) as refused:
+            b.delete_session(sid)
+        assert refused.value.kind == "foreign_session"
+        assert a.session(sid).status == "active"
         assert a.verify().ok and b.verify().ok
     # The root's own SQLite file stays the default.
     with sandlog.Engine.init(tmp_path / "alone") as alone, sandlog.Engine.open(tmp_path / "alone", store=None):
         assert alone.create_session()
+        assert not alone.shared and alone.sync() == 0
 
 
 def test_a_bad_store_is_refused_with_its_reason(tmp_path: Path) -> None:
