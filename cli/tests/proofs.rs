@@ -222,6 +222,24 @@ fn checkpoints_proofs_and_bundles_verify_here_and_independently() -> TestResult 
     let python = independent(&["bundle".as_ref(), altered.as_os_str(), vkey.as_ref()])?;
     assert!(!python.status.success());
 
+    // A verifier key that does not parse is the caller's mistake (exit 2,
+    // naming the key), not a forged bundle (exit 4).
+    let mistyped = format!("{}x", vkey.trim_end());
+    let refused = sandlog(&nowhere)
+        .args(["evidence", "verify"])
+        .arg(&bundle)
+        .args(["--vkey", &mistyped])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    assert!(
+        String::from_utf8_lossy(&refused).contains("not a valid verifier key"),
+        "{}",
+        String::from_utf8_lossy(&refused)
+    );
+
     let rebuilt = json_success(sandlog(&root).args(["--json", "tree", "rebuild"]));
     assert_eq!(rebuilt["events"].as_u64(), Some(new));
     json_success(sandlog(&root).args(["--json", "tree", "verify"]));

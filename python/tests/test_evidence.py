@@ -77,6 +77,10 @@ def test_another_key_is_refused(engine: sandlog.Engine, sid: str, tmp_path: Path
     bundle = engine.export_evidence(sid, key=key_file)
     with pytest.raises(sandlog.IntegrityError):
         sandlog.verify_evidence(bundle, other_vkey)
+    # A key that does not parse is the caller's mistake, not a forgery.
+    with pytest.raises(sandlog.InvalidInput, match="not a valid verifier key") as mistyped:
+        sandlog.verify_evidence(bundle, other_vkey + "x")
+    assert mistyped.value.kind == "bad_key"
 
 
 def test_not_a_bundle_is_refused(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use sandlog_core::note::NoteError;
 use sandlog_core::{CoreError, ErrorClass, SessionId};
 use sandlog_eventstore::EventStoreError;
 use sandlog_projections::{ProjectionError, SessionStatus};
@@ -133,10 +134,11 @@ pub enum RuntimeError {
     /// A projection query failed.
     #[error(transparent)]
     Projection(#[from] ProjectionError),
-    /// A key, a signed note or a checkpoint was refused (malformed, wrong
-    /// key, altered).
+    /// A key, a signed note or a checkpoint was refused. A key that does
+    /// not parse is bad input (`bad_key`); a note that is malformed, not
+    /// signed by the key or altered is an integrity failure.
     #[error(transparent)]
-    Note(sandlog_core::note::NoteError),
+    Note(NoteError),
     /// An evidence bundle failed verification; the message names what.
     #[error(transparent)]
     Bundle(sandlog_core::bundle::BundleError),
@@ -354,6 +356,7 @@ impl RuntimeError {
                 "permission_denied"
             }
             Self::Io { .. } => "io",
+            Self::Note(NoteError::BadName(_) | NoteError::BadKey { .. }) => "bad_key",
             Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => "integrity",
             Self::NoCheckpoint => "not_found",
             Self::InputTooLarge { .. } => "too_large",
@@ -392,9 +395,12 @@ impl RuntimeError {
             | Self::Held { .. }
             | Self::NotEmpty { .. } => ErrorClass::Conflict,
             Self::Invalid(error) => error.class(),
-            Self::IsDirectory { .. } | Self::EscapesWorkspace { .. } | Self::BadLocation { .. } => {
-                ErrorClass::BadInput
-            }
+            // A key is the caller's input: one that does not parse is a
+            // mistake to fix, never evidence that a log was forged.
+            Self::IsDirectory { .. }
+            | Self::EscapesWorkspace { .. }
+            | Self::BadLocation { .. }
+            | Self::Note(NoteError::BadName(_) | NoteError::BadKey { .. }) => ErrorClass::BadInput,
             Self::QuotaExceeded { .. }
             | Self::ContextTooLarge { .. }
             | Self::CodeTooLarge { .. }
