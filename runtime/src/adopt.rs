@@ -889,7 +889,7 @@ impl Engine {
                             ));
                         }
                         Ok(_) => self.quarantine_entry(&dir, path, &quarantine)?.then(|| {
-                            format!("{}/{quarantine_name}/{text}", crate::engine::QUARANTINE_DIR)
+                            format!("{}/{quarantine_name}/{text}", crate::layout::QUARANTINE_DIR)
                         }),
                     };
                     tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %text, kind, reason, moved_to = moved_to.as_deref().unwrap_or("deleted"), "adoption refused an entry");
@@ -1026,7 +1026,7 @@ impl Engine {
                 )))?;
                 evidence = Some(format!(
                     "{}/{session_id}.metadata.json",
-                    crate::engine::EVIDENCE_DIR
+                    crate::layout::EVIDENCE_DIR
                 ));
             }
             MetadataStatus::Ok => {

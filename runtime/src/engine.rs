@@ -23,10 +23,7 @@ use crate::anchor;
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::{CompileObserver, ExecLimits, ReadonlyMount, Sandbox, SandboxError};
 
-pub use crate::layout::{
-    CACHE_DIR, CACHE_DIR_ENV, DATABASE_FILE, EVIDENCE_DIR, Layout, NODE_ENV, NODE_FILE,
-    QUARANTINE_DIR, RUNTIMES_DIR, RUNTIMES_DIR_ENV, WORKSPACES_DIR, default_cache_dir,
-};
+use crate::layout::{CACHE_DIR_ENV, Layout, NODE_FILE, default_cache_dir};
 
 /// Longest code accepted for one execution, bytes. Code travels in the
 /// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.

@@ -12,8 +12,9 @@ use sandlog_core::{Hash, Outcome, SessionId, WorkspacePath};
 use sandlog_eventstore::ExpectedVersion;
 use serde::Serialize;
 
-use crate::engine::{CODE_BYTES_MAX, Engine, RUNTIMES_DIR, RUNTIMES_DIR_ENV};
+use crate::engine::{CODE_BYTES_MAX, Engine};
 use crate::error::{Result, RuntimeError};
+use crate::layout::{RUNTIMES_DIR, RUNTIMES_DIR_ENV};
 use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{
     self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,

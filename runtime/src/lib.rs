@@ -71,11 +71,12 @@ mod tree;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
-pub use engine::{Engine, EngineOptions, Layout, default_cache_dir};
+pub use engine::{Engine, EngineOptions};
 pub use error::{Result, RuntimeError};
 pub use exec::{ExecRequest, Execution, LimitOverrides, PreparedRuntime, Runtime};
 pub use fault::FaultInjector;
 pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
+pub use layout::{Layout, default_cache_dir};
 pub use lifecycle::{DeleteReport, PruneReport};
 pub use native::{NativeOptions, NativeRun, Passthrough, SyncReport};
 pub use sandlog_core as core;

@@ -37,8 +37,9 @@ use sandlog_projections::query;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::engine::{Engine, Layout};
+use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::layout::Layout;
 use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
 use crate::workspace::fsync_dir;
 

@@ -364,7 +364,7 @@ impl Engine {
                     let event = Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
                         dir_name: name.clone(),
                         bytes,
-                        moved_to: format!("{}/{target_name}", crate::engine::QUARANTINE_DIR),
+                        moved_to: format!("{}/{target_name}", crate::layout::QUARANTINE_DIR),
                     });
                     (bytes, event)
                 };

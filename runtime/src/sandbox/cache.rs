@@ -2,7 +2,7 @@
 //! wasmtime version and engine configuration rather than once per process
 //! or per root (python.wasm takes seconds to tens of seconds to compile,
 //! milliseconds to load precompiled). By default one cache serves every
-//! root of a user (see `engine::default_cache_dir`).
+//! root of a user (see `layout::default_cache_dir`).
 //!
 //! Layout under the cache directory:
 //!
