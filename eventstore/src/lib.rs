@@ -64,6 +64,5 @@ pub use sqlite::subscribe::{
 pub use sqlite::write::Write;
 pub use sqlite::{
     APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqliteError,
-    is_busy, is_disk_full,
 };
 pub use types::{ExpectedVersion, Head};

@@ -15,13 +15,19 @@ pub struct SqliteError(rusqlite::Error);
 impl SqliteError {
     /// Whether SQLite said "database or disk is full".
     pub fn is_disk_full(&self) -> bool {
-        is_disk_full(&self.0)
+        matches!(
+            self.0.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DiskFull)
+        )
     }
 
     /// Whether SQLite said "database is locked" or "busy": the busy
     /// timeout ran out while another connection held a lock.
     pub fn is_busy(&self) -> bool {
-        is_busy(&self.0)
+        matches!(
+            self.0.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
     }
 }
 
@@ -41,21 +47,4 @@ impl From<rusqlite::Error> for SqliteError {
     fn from(error: rusqlite::Error) -> Self {
         SqliteError(error)
     }
-}
-
-/// Whether a SQLite error is "database or disk is full".
-pub fn is_disk_full(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DiskFull)
-    )
-}
-
-/// Whether a SQLite error is "database is locked" or "busy": the busy
-/// timeout ran out while another connection held a lock.
-pub fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }

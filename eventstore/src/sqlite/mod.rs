@@ -38,7 +38,7 @@ pub mod rows;
 pub mod subscribe;
 pub mod write;
 
-pub use error::{SqliteError, is_busy, is_disk_full};
+pub use error::SqliteError;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
