@@ -43,6 +43,12 @@ fn json_success(command: &mut Command) -> Value {
         .unwrap_or_else(|error| panic!("not JSON ({error}): {}", String::from_utf8_lossy(&output)))
 }
 
+/// Runs `command`, expects exit `code`, and returns its stderr as text.
+fn stderr_failure(command: &mut Command, code: i32) -> String {
+    let output = command.assert().code(code).get_output().stderr.clone();
+    String::from_utf8_lossy(&output).into_owned()
+}
+
 /// A python3 that can import `cryptography`, installing it from the
 /// package registry if it is missing; fails (never skips) with the reason.
 fn python_with_cryptography() -> Result<(), Box<dyn std::error::Error>> {
@@ -205,19 +211,16 @@ fn checkpoints_proofs_and_bundles_verify_here_and_independently() -> TestResult 
     bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
     let altered = dir.path().join("altered.bundle");
     std::fs::write(&altered, &bytes)?;
-    let refused = sandlog(&nowhere)
-        .args(["evidence", "verify"])
-        .arg(&altered)
-        .args(["--vkey", &vkey])
-        .assert()
-        .code(4)
-        .get_output()
-        .stderr
-        .clone();
+    let refused = stderr_failure(
+        sandlog(&nowhere)
+            .args(["evidence", "verify"])
+            .arg(&altered)
+            .args(["--vkey", &vkey]),
+        4,
+    );
     assert!(
-        String::from_utf8_lossy(&refused).contains("not proven by the checkpoint"),
-        "{}",
-        String::from_utf8_lossy(&refused)
+        refused.contains("not proven by the checkpoint"),
+        "{refused}"
     );
     let python = independent(&["bundle".as_ref(), altered.as_os_str(), vkey.as_ref()])?;
     assert!(!python.status.success());
@@ -225,20 +228,14 @@ fn checkpoints_proofs_and_bundles_verify_here_and_independently() -> TestResult 
     // A verifier key that does not parse is the caller's mistake (exit 2,
     // naming the key), not a forged bundle (exit 4).
     let mistyped = format!("{}x", vkey.trim_end());
-    let refused = sandlog(&nowhere)
-        .args(["evidence", "verify"])
-        .arg(&bundle)
-        .args(["--vkey", &mistyped])
-        .assert()
-        .code(2)
-        .get_output()
-        .stderr
-        .clone();
-    assert!(
-        String::from_utf8_lossy(&refused).contains("not a valid verifier key"),
-        "{}",
-        String::from_utf8_lossy(&refused)
+    let refused = stderr_failure(
+        sandlog(&nowhere)
+            .args(["evidence", "verify"])
+            .arg(&bundle)
+            .args(["--vkey", &mistyped]),
+        2,
     );
+    assert!(refused.contains("not a valid verifier key"), "{refused}");
 
     let rebuilt = json_success(sandlog(&root).args(["--json", "tree", "rebuild"]));
     assert_eq!(rebuilt["events"].as_u64(), Some(new));
