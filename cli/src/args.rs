@@ -59,7 +59,7 @@ pub struct Cli {
     /// creates; with --store, commands that touch workspaces act only on
     /// this node's sessions. Default: the root's `node` file, else the
     /// host name (then written there).
-    #[arg(long, global = true, env = "SANDLOG_NODE", value_name = "NAME")]
+    #[arg(long, global = true, env = sandlog_runtime::layout::NODE_ENV, value_name = "NAME")]
     pub node: Option<String>,
 
     /// Print one JSON document on stdout (JSON Lines for `log`); errors as
