@@ -24,7 +24,7 @@ import json
 import math
 import os
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _sandlog
 from ._errors import Conflict, Error, IntegrityError, InvalidInput, LimitExceeded, NotFound
@@ -35,6 +35,7 @@ __all__ = [
     "verify_evidence",
     "Session",
     "Execution",
+    "NativeRun",
     "FileInfo",
     "PruneResult",
     "VerifyResult",
@@ -96,6 +97,25 @@ def _count(name: str, value: object) -> Optional[int]:
     if value < 0 or value > _U64_MAX:
         raise InvalidInput(f"{name} {value}: must be between 0 and {_U64_MAX}")
     return value
+
+
+def _argv(value: object) -> List[str]:
+    """A command line: a non-empty list or tuple of str or bytes (bytes
+    are passed as the same bytes, as :func:`os.fsdecode` maps them)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"argv must be a list of str, not {type(value).__name__}")
+    if not value:
+        raise InvalidInput("argv is empty: give the program and its arguments, as in ['make', 'test']")
+    argv = []
+    for index, item in enumerate(value):
+        if isinstance(item, bytes):
+            item = os.fsdecode(item)
+        if not isinstance(item, str):
+            raise TypeError(f"argv[{index}] must be a str, not {type(item).__name__}")
+        if "\0" in item:
+            raise InvalidInput(f"argv[{index}] contains a NUL byte, which no command line can carry")
+        argv.append(item)
+    return argv
 
 
 def _seconds(name: str, value: object) -> Optional[float]:
@@ -281,6 +301,65 @@ class Execution:
             stdout_truncated=raw["stdout_truncated"],
             stderr_truncated=raw["stderr_truncated"],
             message=raw["message"],
+            position=raw["position"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeRun:
+    """What a native command did (see :meth:`Engine.run`). A command that
+    fails is a result: check ``ok``."""
+
+    exit_code: Optional[int]
+    """Its exit code, when it exited."""
+    signal: Optional[int]
+    """The signal that ended it, when one did."""
+    timed_out: bool
+    """Whether the timeout killed it."""
+    stdout: str
+    """Standard output (UTF-8, undecodable bytes replaced)."""
+    stderr: str
+    """Standard error (UTF-8, undecodable bytes replaced)."""
+    files_written: List[str]
+    """Workspace paths it created or changed (recorded)."""
+    files_deleted: List[str]
+    """Workspace paths it deleted (recorded)."""
+    duration_ms: int
+    """Wall time of the run."""
+    stdout_bytes: bytes = b""
+    """Standard output as bytes."""
+    stderr_bytes: bytes = b""
+    """Standard error as bytes."""
+    stdout_truncated: bool = False
+    """Whether stdout was cut at the output limit."""
+    stderr_truncated: bool = False
+    """Whether stderr was cut at the output limit."""
+    started_position: int = 0
+    """Log position of the ``native.started`` event."""
+    position: int = 0
+    """Log position of the ``native.completed`` event."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether it exited 0."""
+        return self.exit_code == 0
+
+    @classmethod
+    def _from_native(cls, raw: Dict[str, Any]) -> "NativeRun":
+        return cls(
+            exit_code=raw["exit_code"],
+            signal=raw["signal"],
+            timed_out=raw["timed_out"],
+            stdout=_decode(raw["stdout"]),
+            stderr=_decode(raw["stderr"]),
+            files_written=list(raw["files_written"]),
+            files_deleted=list(raw["files_deleted"]),
+            duration_ms=raw["duration_ms"],
+            stdout_bytes=raw["stdout"],
+            stderr_bytes=raw["stderr"],
+            stdout_truncated=raw["stdout_truncated"],
+            stderr_truncated=raw["stderr_truncated"],
+            started_position=raw["started_position"],
             position=raw["position"],
         )
 
@@ -572,6 +651,36 @@ class Engine:
             _count("memory", memory),
         )
         return Execution._from_native(raw)
+
+    def run(
+        self,
+        session_id: str,
+        argv: Sequence[Union[str, bytes]],
+        *,
+        timeout: Union[float, timedelta, None] = None,
+        evidence_bytes: Optional[int] = None,
+    ) -> NativeRun:
+        """Runs a trusted native command in the session's workspace and
+        records it, as ``sandlog run`` does. **Not sandboxed**: the command
+        runs as this process's user, with its environment plus
+        ``SANDLOG_SESSION_ID`` and ``SANDLOG_WORKSPACE``; use it for your
+        own tools (a package install, a build), never for untrusted code.
+
+        The log gets ``native.started`` before it starts and
+        ``native.completed`` (exit code or signal, output, the files it
+        changed) after. Its stdin is ``/dev/null``; its output is kept and
+        returned. ``timeout`` kills its process group; ``evidence_bytes``
+        caps the file contents kept as evidence (0: none). A command that
+        cannot be started raises :class:`Error` (kind ``not_found`` for a
+        missing program); one that fails is a result.
+        """
+        raw = self._native.run_native(
+            _text("session_id", session_id),
+            _argv(argv),
+            _seconds("timeout", timeout),
+            _count("evidence_bytes", evidence_bytes),
+        )
+        return NativeRun._from_native(raw)
 
     # Files
 

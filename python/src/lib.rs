@@ -21,6 +21,7 @@ use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
 use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::native::NativeOptions;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
 use sandlog_runtime::proofs::{
@@ -121,6 +122,27 @@ where
             Err(to_pyerr(py, Failure::Panic(message)))
         }
     }
+}
+
+/// A timeout given in seconds, refused unless it is a non-negative number.
+fn seconds(py: Python<'_>, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    seconds
+        .map(|value| {
+            Duration::try_from_secs_f64(value).map_err(|_| {
+                to_pyerr(
+                    py,
+                    Failure::Invalid(format!(
+                        "timeout {value}: must be a positive number of seconds"
+                    )),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Workspace paths as text.
+fn paths(paths: &[WorkspacePath]) -> Vec<String> {
+    paths.iter().map(ToString::to_string).collect()
 }
 
 fn session_id(text: &str) -> Result<SessionId, Failure> {
@@ -356,6 +378,42 @@ impl PyEngine {
         Ok(list)
     }
 
+    /// Runs a trusted native command (not sandboxed) in the session's
+    /// workspace and records it: `native.started`, the files it changed,
+    /// `native.completed` with its exit. Its output is kept, not shown.
+    fn run_native<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        argv: Vec<std::ffi::OsString>,
+        timeout: Option<f64>,
+        evidence_bytes: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let timeout = seconds(py, timeout)?;
+        let run = self.with(py, move |engine| {
+            let options = NativeOptions {
+                timeout,
+                evidence_bytes,
+                ..NativeOptions::default()
+            };
+            Ok(engine.run_native(self::session_id(session_id)?, &argv, &options)?)
+        })?;
+        let dict = PyDict::new(py);
+        dict.set_item("exit_code", run.exit_code)?;
+        dict.set_item("signal", run.signal)?;
+        dict.set_item("timed_out", run.timed_out)?;
+        dict.set_item("stdout", PyBytes::new(py, &run.stdout))?;
+        dict.set_item("stderr", PyBytes::new(py, &run.stderr))?;
+        dict.set_item("stdout_truncated", run.stdout_truncated)?;
+        dict.set_item("stderr_truncated", run.stderr_truncated)?;
+        dict.set_item("files_written", paths(&run.files_written))?;
+        dict.set_item("files_deleted", paths(&run.files_deleted))?;
+        dict.set_item("duration_ms", run.duration_ms)?;
+        dict.set_item("started_position", run.started_position)?;
+        dict.set_item("position", run.position)?;
+        Ok(dict)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn execute<'py>(
         &self,
@@ -367,17 +425,7 @@ impl PyEngine {
         fuel: Option<u64>,
         memory: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let timeout = match timeout {
-            None => None,
-            Some(seconds) => Some(Duration::try_from_secs_f64(seconds).map_err(|_| {
-                to_pyerr(
-                    py,
-                    Failure::Invalid(format!(
-                        "timeout {seconds}: must be a positive number of seconds"
-                    )),
-                )
-            })?),
-        };
+        let timeout = seconds(py, timeout)?;
         let execution = self.with(py, move |engine| {
             let request = ExecRequest {
                 runtime: Runtime::parse(runtime),
@@ -398,22 +446,8 @@ impl PyEngine {
         dict.set_item("stderr", PyBytes::new(py, &execution.stderr))?;
         dict.set_item("stdout_truncated", execution.stdout_truncated)?;
         dict.set_item("stderr_truncated", execution.stderr_truncated)?;
-        dict.set_item(
-            "files_written",
-            execution
-                .files_written
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
-        )?;
-        dict.set_item(
-            "files_deleted",
-            execution
-                .files_deleted
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
-        )?;
+        dict.set_item("files_written", paths(&execution.files_written))?;
+        dict.set_item("files_deleted", paths(&execution.files_deleted))?;
         dict.set_item("duration_ms", execution.duration_ms)?;
         dict.set_item("fuel_consumed", execution.fuel_consumed)?;
         dict.set_item("message", execution.message)?;

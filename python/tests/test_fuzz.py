@@ -87,6 +87,11 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
         "session": lambda: engine.session(v()),
         "execute": lambda: engine.execute(v(), v(), runtime=v(), timeout=v(), fuel=v(), memory=v()),
         "execute_code": lambda: engine.execute(valid[0], random_text(rng), timeout=1.0, fuel=rng.choice([None, 10**6])),
+        # A session that does not exist: the arguments are checked, and no
+        # random program is ever started.
+        "run": lambda: engine.run(
+            "00000000-0000-4000-8000-000000000000", v(), timeout=v(), evidence_bytes=v()
+        ),
         "list_files": lambda: engine.list_files(v(), v()),
         "read_file": lambda: engine.read_file(v(), v()),
         "write_file": lambda: engine.write_file(v(), v(), v(), overwrite=v()),
