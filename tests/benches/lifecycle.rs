@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -172,7 +172,8 @@ print(len(result.deleted_sessions), elapsed)\n";
         .arg(SCRIPT)
         .arg(dir)
         .arg((older_than.as_secs_f64() / 3600.0).to_string())
-        .output()?;
+        .output()
+        .map_err(|error| format!("starting {}: {error}", python.display()))?;
     if !output.status.success() {
         return Err(format!(
             "the seed system's prune failed ({}): {}",
@@ -235,6 +236,19 @@ fn main() -> BenchResult<()> {
     let sessions = env_size("SANDLOG_BENCH_SESSIONS", 100_000);
     let prune_sessions = env_size("SANDLOG_BENCH_PRUNE", 10_000);
     let adopt_sessions = env_size("SANDLOG_BENCH_ADOPT", 2_000);
+    // Checked before the minutes of setup, not after.
+    let seed_python = std::env::var_os("SANDLOG_SEED_PYTHON").map(PathBuf::from);
+    if let Some(python) = &seed_python
+        && !python.is_file()
+    {
+        return Err(format!(
+            "SANDLOG_SEED_PYTHON={}: no such file (seen from {}, where cargo runs benches); \
+             give the interpreter's absolute path",
+            python.display(),
+            std::env::current_dir()?.display()
+        )
+        .into());
+    }
     let reconcile_sessions = env_size("SANDLOG_BENCH_RECONCILE", 10_000);
     println!(
         "lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} for a real prune, {adopt_sessions} adopted, {reconcile_sessions} reconciled"
@@ -331,7 +345,7 @@ fn main() -> BenchResult<()> {
     // The seed system itself on the same sessions: its `prune_sessions`,
     // timed inside its interpreter. Its cutoff is the wall clock's, so
     // the sessions are laid out at the same ages from now.
-    let seed_system = match std::env::var_os("SANDLOG_SEED_PYTHON") {
+    let seed_system = match seed_python {
         None => None,
         Some(python) => {
             let seed_system_dir = tempfile::tempdir()?;
@@ -351,7 +365,7 @@ fn main() -> BenchResult<()> {
                 )?;
             }
             let (deleted, elapsed) = seed_system_prune(
-                Path::new(&python),
+                &python,
                 seed_system_dir.path(),
                 31 * DAY + Duration::from_secs(1),
             )?;
