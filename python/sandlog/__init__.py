@@ -112,8 +112,6 @@ def _argv(value: object) -> List[str]:
             item = os.fsdecode(item)
         if not isinstance(item, str):
             raise TypeError(f"argv[{index}] must be a str, not {type(item).__name__}")
-        if "\0" in item:
-            raise InvalidInput(f"argv[{index}] contains a NUL byte, which no command line can carry")
         argv.append(item)
     return argv
 

@@ -35,6 +35,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -354,6 +355,14 @@ impl Engine {
                 "no command given; put it after `--`".into(),
             ));
         };
+        // No command line can carry a NUL byte: refused here, before
+        // anything is recorded, not by the spawn after `native.started`.
+        if let Some(index) = argv.iter().position(|arg| arg.as_bytes().contains(&0)) {
+            return Err(invalid(
+                "command",
+                format!("argument {index} contains a NUL byte, which no command line can carry"),
+            ));
+        }
         let argv_text: Vec<String> = argv.iter().map(|arg| os_text_form(arg)).collect();
         let argv_bytes: usize = argv_text.iter().map(|arg| arg.len() + 1).sum();
         if argv_bytes > NATIVE_ARGV_BYTES_MAX {

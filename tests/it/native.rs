@@ -322,6 +322,19 @@ fn a_command_that_is_not_found_is_recorded_and_refused() -> TestResult {
         .run_native(id, &[], &NativeOptions::default())
         .expect_err("nothing to run");
     assert!(matches!(error, RuntimeError::Invalid(_)), "{error}");
+    // So is an argument with a NUL byte, which no spawn could pass.
+    let error = engine
+        .run_native(
+            id,
+            &[OsString::from("echo"), OsString::from("a\0b")],
+            &NativeOptions::default(),
+        )
+        .expect_err("a NUL byte cannot be passed");
+    assert!(matches!(error, RuntimeError::Invalid(_)), "{error}");
+    assert!(
+        error.to_string().contains("argument 1 contains a NUL byte"),
+        "{error}"
+    );
     assert_eq!(events(engine, id)?.len(), 3);
     Ok(())
 }
