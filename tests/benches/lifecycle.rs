@@ -236,6 +236,7 @@ fn main() -> BenchResult<()> {
     let sessions = env_size("SANDLOG_BENCH_SESSIONS", 100_000);
     let prune_sessions = env_size("SANDLOG_BENCH_PRUNE", 10_000);
     let adopt_sessions = env_size("SANDLOG_BENCH_ADOPT", 2_000);
+    let reconcile_sessions = env_size("SANDLOG_BENCH_RECONCILE", 10_000);
     // Checked before the minutes of setup, not after.
     let seed_python = std::env::var_os("SANDLOG_SEED_PYTHON").map(PathBuf::from);
     if let Some(python) = &seed_python
@@ -249,7 +250,6 @@ fn main() -> BenchResult<()> {
         )
         .into());
     }
-    let reconcile_sessions = env_size("SANDLOG_BENCH_RECONCILE", 10_000);
     println!(
         "lifecycle benchmark: {sessions} sessions for selection, {prune_sessions} for a real prune, {adopt_sessions} adopted, {reconcile_sessions} reconciled"
     );
