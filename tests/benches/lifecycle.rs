@@ -8,6 +8,15 @@
 //! written in Rust, and the seed system's own `prune_sessions` in Python
 //! when `SANDLOG_SEED_PYTHON` names an interpreter that has it.
 //!
+//! Every timed prune starts after `sync(2)`: the sessions a real prune
+//! removes have been idle for days, so their files have blocks on disk,
+//! and freeing those blocks is most of what removing a small session costs
+//! the kernel (ext4 frees no blocks for a file still in the page cache
+//! under delayed allocation). Without it, whichever side was laid out last
+//! deletes files that never reached the disk. The kernel's own cost is
+//! printed too: removing one flushed session's file and directory, one
+//! after another, which bounds any prune on this machine.
+//!
 //! Run: `cargo bench -p sandlog-tests --bench lifecycle`. Sizes:
 //! `SANDLOG_BENCH_SESSIONS` (default 100000), `SANDLOG_BENCH_PRUNE`
 //! (default 10000; half are old enough to prune), `SANDLOG_BENCH_ADOPT`
@@ -45,6 +54,49 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 /// A root with `sessions` sessions (each one 100-byte file, on disk when
 /// `with_dirs`), their `updated_at` spread over 60 days, appended directly
 /// through the engine's store (fast setup with Durability::Normal).
+/// Flushes every file system, so the next timed removal frees blocks that
+/// are on disk (see the module documentation).
+fn settle_disk() -> BenchResult<()> {
+    let status = std::process::Command::new("sync").status()?;
+    if !status.success() {
+        return Err(format!("sync failed: {status}").into());
+    }
+    Ok(())
+}
+
+/// Bytes this process has passed to write(2) and friends so far (`wchar`
+/// in `/proc/self/io`): the prune's log writes, WAL frames and checkpoints
+/// included, counted the same on every run.
+fn written_bytes() -> BenchResult<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .ok_or("no wchar in /proc/self/io")?
+        .trim()
+        .parse()
+        .map_err(Into::into)
+}
+
+/// The kernel's floor: lays out `count` sessions (a directory
+/// holding one 100-byte file), flushes them, and removes them one after
+/// another. Returns the time per session.
+fn removal_floor(count: usize) -> BenchResult<Duration> {
+    let dir = tempfile::tempdir()?;
+    for index in 0..count {
+        let session = dir.path().join(index.to_string());
+        std::fs::create_dir(&session)?;
+        std::fs::write(session.join("data.txt"), [b'x'; 100])?;
+    }
+    settle_disk()?;
+    let started = Instant::now();
+    for index in 0..count {
+        let session = dir.path().join(index.to_string());
+        std::fs::remove_file(session.join("data.txt"))?;
+        std::fs::remove_dir(&session)?;
+    }
+    Ok(started.elapsed() / u32::try_from(count.max(1))?)
+}
+
 fn populate(
     root: &Path,
     clock: &ManualClock,
@@ -318,9 +370,12 @@ fn main() -> BenchResult<()> {
     // `populate` ends at day 61 and spreads `updated_at` over days 0–60:
     // older than 31 days and a second is exactly the first half.
     let prune_policy = PrunePolicy::older_than(31 * DAY + Duration::from_secs(1));
+    settle_disk()?;
+    let written = written_bytes()?;
     let started = Instant::now();
     let report = engine.prune(&prune_policy, false, NO_PROGRESS)?;
     let prune_elapsed = started.elapsed();
+    let prune_written = written_bytes()?.saturating_sub(written);
     let pruned = report.deleted_sessions.len();
     assert_eq!(pruned, prune_sessions / 2, "{:?}", report.errors);
     drop(engine);
@@ -337,6 +392,7 @@ fn main() -> BenchResult<()> {
     }
     let seed_threshold =
         sandlog_core::Clock::now(&clock).saturating_sub(31 * DAY + Duration::from_secs(1));
+    settle_disk()?;
     let started = Instant::now();
     let seed_pruned = seed_prune(seed_prune_dir.path(), seed_threshold)?;
     let seed_prune_elapsed = started.elapsed();
@@ -364,6 +420,7 @@ fn main() -> BenchResult<()> {
                     &[("data.txt", &[b'x'; 100])],
                 )?;
             }
+            settle_disk()?;
             let (deleted, elapsed) = seed_system_prune(
                 &python,
                 seed_system_dir.path(),
@@ -415,6 +472,9 @@ fn main() -> BenchResult<()> {
     }
     let reconcile = median(samples);
 
+    let floor = removal_floor(2_000)?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+
     println!();
     println!("| measurement | result | target |");
     println!("|---|---|---|");
@@ -435,6 +495,17 @@ fn main() -> BenchResult<()> {
         "| real prune, {prune_sessions} small sessions, {pruned} deleted (default durability) | {:.0} ms, {:.0} sessions/s | ≥ 5000 sessions/s |",
         prune_elapsed.as_secs_f64() * 1e3,
         rate(pruned, prune_elapsed)
+    );
+    println!(
+        "| bytes the real prune wrote (log, WAL, checkpoints) | {:.1} MiB, {:.1} KiB per deleted session | — |",
+        prune_written as f64 / (1024.0 * 1024.0),
+        prune_written as f64 / 1024.0 / pruned.max(1) as f64
+    );
+    println!(
+        "| kernel floor: remove one flushed 100-byte file and its directory, one after another | {:.0} µs per session: {:.0} sessions/s per core, {:.0}/s on all {cores} cores | — |",
+        floor.as_secs_f64() * 1e6,
+        1.0 / floor.as_secs_f64().max(1e-9),
+        cores as f64 / floor.as_secs_f64().max(1e-9)
     );
     println!(
         "| seed-style prune of the same sessions (read .metadata.json, compare, measure, remove_dir_all) | {:.0} ms, {:.0} sessions/s | — |",
