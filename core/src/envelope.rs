@@ -193,7 +193,7 @@ impl NewEvent {
     /// A new event for a typed payload, with a fresh id.
     pub fn from_event(event: &Event, actor: &str) -> NewEvent {
         NewEvent {
-            event_id: EventId::new_v4(),
+            event_id: EventId::now(),
             kind: event.kind().to_owned(),
             schema: event.schema(),
             actor: actor.to_owned(),
@@ -219,7 +219,7 @@ pub struct Envelope {
     pub stream: StreamId,
     /// Per-stream version, from 1.
     pub version: StreamVersion,
-    /// Unique id.
+    /// Unique id, time-ordered (UUIDv7) when sandlog made it.
     pub event_id: EventId,
     /// Dotted kind name.
     pub kind: String,
@@ -445,7 +445,7 @@ mod tests {
             position: Position(1),
             stream: StreamId::Session(SessionId::new_v4()),
             version: StreamVersion(1),
-            event_id: EventId::new_v4(),
+            event_id: EventId::now(),
             kind: "session.created".into(),
             schema: 1,
             recorded_at: Timestamp::from_unix_micros(1_700_000_000_000_000),
@@ -474,7 +474,7 @@ mod tests {
         v.stream = StreamId::System;
         variants.push(v);
         let mut v = base.clone();
-        v.event_id = EventId::new_v4();
+        v.event_id = EventId::now();
         variants.push(v);
         let mut v = base.clone();
         v.kind.push('x');

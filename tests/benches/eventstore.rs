@@ -102,7 +102,7 @@ fn make_events(n: usize) -> Vec<NewEvent> {
         .map(|i| {
             let content_hash = Hash::of(&i.to_le_bytes());
             NewEvent {
-                event_id: EventId::new_v4(),
+                event_id: EventId::now(),
                 kind: KINDS
                     .get(i % KINDS.len())
                     .copied()

@@ -60,7 +60,7 @@ fn env_count(name: &str, default: usize) -> BenchResult<usize> {
 fn make_events(n: usize) -> Vec<NewEvent> {
     (0..n)
         .map(|i| NewEvent {
-            event_id: EventId::new_v4(),
+            event_id: EventId::now(),
             kind: "execution.finished".to_owned(),
             schema: 1,
             actor: "api:bench".to_owned(),

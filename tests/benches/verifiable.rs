@@ -41,7 +41,7 @@ fn repo() -> PathBuf {
 
 fn event(i: u64) -> NewEvent {
     NewEvent {
-        event_id: sandlog_core::EventId::new_v4(),
+        event_id: sandlog_core::EventId::now(),
         kind: "bench.event".into(),
         schema: 1,
         actor: "api:bench".into(),

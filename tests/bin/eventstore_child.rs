@@ -73,7 +73,7 @@ fn parse_arguments() -> Result<Arguments, Box<dyn Error>> {
 
 fn event(kind: &str, n: u64) -> NewEvent {
     NewEvent {
-        event_id: EventId::new_v4(),
+        event_id: EventId::now(),
         kind: kind.to_owned(),
         schema: 1,
         actor: format!("api:child-{}", std::process::id()),

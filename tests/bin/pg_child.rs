@@ -26,7 +26,7 @@ const RETRIES_MAX: u32 = 10_000;
 
 fn event(kind: &str, n: u64) -> NewEvent {
     NewEvent {
-        event_id: EventId::new_v4(),
+        event_id: EventId::now(),
         kind: kind.to_owned(),
         schema: 1,
         actor: format!("api:pg-child-{}", std::process::id()),

@@ -43,7 +43,7 @@ fn append(database: &Path, count: u64) -> Result<(), Box<dyn Error>> {
             .copied()
             .unwrap_or(StreamId::System);
         let event = NewEvent {
-            event_id: EventId::new_v4(),
+            event_id: EventId::now(),
             kind: "test.appended".to_owned(),
             schema: 1,
             actor: format!("api:appender-{}", std::process::id()),

@@ -466,7 +466,7 @@ fn insert_row(
 /// `forgery` says.
 fn forged_row(at: Position, previous_hash: Hash, forgery: Forgery) -> Vec<Value> {
     let stream = StreamId::Session(SessionId::new_v4()).to_string();
-    let event_id = EventId::new_v4();
+    let event_id = EventId::now();
     let payload = br#"{"forged":true}"#.to_vec();
     let fields = EnvelopeFields {
         position: at.0,
@@ -559,7 +559,7 @@ fn apply_mutation(
             Expected::HashMismatch(at(row))
         }
         Mutation::ChangeEventId { row } => {
-            let id = hex(EventId::new_v4().0.as_bytes());
+            let id = hex(EventId::now().0.as_bytes());
             update(&transaction, &format!("event_id = x'{id}'"), at(row))?;
             Expected::HashMismatch(at(row))
         }

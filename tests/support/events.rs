@@ -249,7 +249,7 @@ pub const UNKNOWN_KIND: &str = "session.teleported";
 /// An event of [`UNKNOWN_KIND`], as a newer sandlog might write it.
 pub fn unknown_event() -> NewEvent {
     NewEvent {
-        event_id: EventId::new_v4(),
+        event_id: EventId::now(),
         kind: UNKNOWN_KIND.to_owned(),
         schema: 3,
         actor: TEST_ACTOR.to_owned(),

@@ -149,7 +149,7 @@ pub fn new_event(kind: &str, payload: &serde_json::Value) -> NewEvent {
 /// actor [`TEST_ACTOR`].
 pub fn new_event_bytes(kind: &str, payload: Vec<u8>) -> NewEvent {
     NewEvent {
-        event_id: EventId::new_v4(),
+        event_id: EventId::now(),
         kind: kind.to_owned(),
         schema: 1,
         actor: TEST_ACTOR.to_owned(),
@@ -324,7 +324,7 @@ pub mod strategies {
 
     /// A new event with a random kind, actor, optional correlation and
     /// causation ids, schema and JSON payload. The event id is fresh
-    /// (`EventId::new_v4`) on every generation, never drawn from the
+    /// (`EventId::now`) on every generation, never drawn from the
     /// strategy: shrinking would otherwise collapse ids into one value and
     /// turn a failure into an `EventIdReused`.
     pub fn new_event() -> impl Strategy<Value = NewEvent> {
@@ -338,7 +338,7 @@ pub mod strategies {
         )
             .prop_map(
                 |(kind, actor, correlation, causation, schema, payload)| NewEvent {
-                    event_id: EventId::new_v4(),
+                    event_id: EventId::now(),
                     kind,
                     schema,
                     actor,
