@@ -153,11 +153,14 @@ pub const PRUNE_BATCH_SESSIONS: usize = 128;
 /// than this only add contention.
 pub const FS_THREADS_MAX: usize = 16;
 
-/// Most threads removing workspaces at once. Every removal ends with an
-/// `rmdir` in `workspaces/`, which takes that directory's lock: past a
-/// few threads they only wait on (and spin for) it, so fewer than
-/// [`FS_THREADS_MAX`] remove faster.
-pub const REMOVE_THREADS_MAX: usize = 4;
+/// Most threads removing workspaces at once. A removal mostly waits: on
+/// a file system mounted with `discard`, freeing a file's or directory's
+/// blocks discards them synchronously, so several removals in flight
+/// overlap those waits even on few cores. Each frees its directory after
+/// the `rmdir` has released `workspaces/` (see `tree::remove_tree`), so
+/// they do not queue on that directory's lock; past this many they only
+/// compete with the appends for the CPU.
+pub const REMOVE_THREADS_MAX: usize = 8;
 
 /// Fewest items a thread is given: below that, starting the thread costs
 /// more than it saves.

@@ -221,59 +221,65 @@ pub(crate) fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u6
     };
     let mut bytes = 0u64;
     let mut subdirs = Vec::new();
-    {
-        let mut entries = rustix::fs::Dir::new(fd)?;
-        while let Some(entry) = entries.next() {
-            let entry = entry?;
-            let entry_name = entry.file_name();
-            if entry_name == c"." || entry_name == c".." {
+    // The listing's descriptor stays open until after the `rmdir` below.
+    // While it holds the directory, `rmdir` only unlinks the name; the
+    // inode is freed when the descriptor closes, after the parent's lock
+    // is released. Freed under that lock instead, every removal in
+    // `workspaces/` waits in turn for the freeing, which on a file system
+    // mounted with `discard` includes a synchronous discard of the
+    // directory's block: the removals could not overlap at all.
+    let mut entries = rustix::fs::Dir::new(fd)?;
+    while let Some(entry) = entries.next() {
+        let entry = entry?;
+        let entry_name = entry.file_name();
+        if entry_name == c"." || entry_name == c".." {
+            continue;
+        }
+        let dir_fd = entries.fd()?;
+        // One stat at most: for a regular file's size, or for the type
+        // when the listing does not give it.
+        let listed = entry.file_type();
+        let stat = match listed {
+            rustix::fs::FileType::Unknown | rustix::fs::FileType::RegularFile => {
+                match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => Some(stat),
+                    Err(Errno::NOENT) => continue,
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            _ => None,
+        };
+        let file_type = stat.as_ref().map_or(listed, |stat| {
+            rustix::fs::FileType::from_raw_mode(stat.st_mode)
+        });
+        match (file_type, &stat) {
+            (rustix::fs::FileType::Directory, _) => {
+                subdirs.push(entry_name.to_owned());
                 continue;
             }
-            let dir_fd = entries.fd()?;
-            // One stat at most: for a regular file's size, or for the type
-            // when the listing does not give it.
-            let listed = entry.file_type();
-            let stat = match listed {
-                rustix::fs::FileType::Unknown | rustix::fs::FileType::RegularFile => {
-                    match rustix::fs::statat(dir_fd, entry_name, AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(stat) => Some(stat),
-                        Err(Errno::NOENT) => continue,
-                        Err(error) => return Err(error.into()),
-                    }
-                }
-                _ => None,
-            };
-            let file_type = stat.as_ref().map_or(listed, |stat| {
-                rustix::fs::FileType::from_raw_mode(stat.st_mode)
-            });
-            match (file_type, &stat) {
-                (rustix::fs::FileType::Directory, _) => {
-                    subdirs.push(entry_name.to_owned());
-                    continue;
-                }
-                (rustix::fs::FileType::RegularFile, Some(stat)) => {
-                    bytes = bytes.saturating_add(u64::try_from(stat.st_size).unwrap_or(0));
-                }
-                _ => {}
+            (rustix::fs::FileType::RegularFile, Some(stat)) => {
+                bytes = bytes.saturating_add(u64::try_from(stat.st_size).unwrap_or(0));
             }
-            match rustix::fs::unlinkat(dir_fd, entry_name, AtFlags::empty()) {
-                Ok(()) | Err(Errno::NOENT) => {}
-                Err(error) => return Err(error.into()),
-            }
+            _ => {}
         }
-        if !subdirs.is_empty() {
-            let dir = Dir::from_std_file(std::fs::File::from(entries.fd()?.try_clone_to_owned()?));
-            for subdir in subdirs {
-                let subdir = std::ffi::OsString::from_vec(subdir.into_bytes());
-                bytes =
-                    bytes.saturating_add(remove_tree_walk(&dir, std::path::Path::new(&subdir))?);
-            }
+        match rustix::fs::unlinkat(dir_fd, entry_name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(error) => return Err(error.into()),
         }
     }
-    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+    if !subdirs.is_empty() {
+        let dir = Dir::from_std_file(std::fs::File::from(entries.fd()?.try_clone_to_owned()?));
+        for subdir in subdirs {
+            let subdir = std::ffi::OsString::from_vec(subdir.into_bytes());
+            bytes = bytes.saturating_add(remove_tree_walk(&dir, std::path::Path::new(&subdir))?);
+        }
+    }
+    let removed = match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT) => Ok(bytes),
         Err(error) => Err(error.into()),
-    }
+    };
+    drop(entries);
+    removed
 }
 
 /// [`remove_tree`] by the walk alone: checks what `name` is, then removes
