@@ -53,9 +53,6 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
-/// A root with `sessions` sessions (each one 100-byte file, on disk when
-/// `with_dirs`), their `updated_at` spread over 60 days, appended directly
-/// through the engine's store (fast setup with Durability::Normal).
 /// Flushes every file system, so the next timed removal frees blocks that
 /// are on disk (see the module documentation).
 fn settle_disk() -> BenchResult<()> {
@@ -99,6 +96,9 @@ fn removal_floor(count: usize) -> BenchResult<Duration> {
     Ok(started.elapsed() / u32::try_from(count.max(1))?)
 }
 
+/// A root with `sessions` sessions (each one 100-byte file, on disk when
+/// `with_dirs`), their `updated_at` spread over 60 days, appended directly
+/// through the engine's store (fast setup with Durability::Normal).
 fn populate(
     root: &Path,
     clock: &ManualClock,
