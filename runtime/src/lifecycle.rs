@@ -29,7 +29,7 @@ use sandlog_core::event::{
     SessionIntentFailed, SessionPruneFailed, SessionPruneRequested, SessionPruned,
 };
 use sandlog_core::human::format_size;
-use sandlog_core::{PrunePolicy, SessionId, StreamId, StreamVersion, Timestamp};
+use sandlog_core::{NewEvent, PrunePolicy, SessionId, StreamId, StreamVersion, Timestamp};
 use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter};
 use sandlog_projections::SessionStatus;
 use sandlog_projections::prune::PruneCandidate;
@@ -136,12 +136,12 @@ pub struct DeleteReport {
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Most sessions one prune batch destroys. A batch's intents are one
-/// append and its completions another, so the two commits (and one fsync
-/// of `workspaces/`) are shared by the whole batch; its sessions' leases
-/// are held from the first append to the second, one open file each. A
-/// run holds at most three batches at once (see [`Engine::prune`]), so
-/// the bound keeps a prune well under the usual soft limit of 1,024
-/// descriptors.
+/// append and its completions another (each shared with a neighbouring
+/// batch's), so the commits and one fsync of `workspaces/` are shared by
+/// the whole batch; its sessions' leases are held from the intents until
+/// their lease files are removed, one open file each. A run holds leases
+/// of at most four batches at once (see [`Engine::prune`]), so the bound
+/// keeps a prune well under the usual soft limit of 1,024 descriptors.
 pub const PRUNE_BATCH_SESSIONS: usize = 128;
 
 /// Most threads doing one step of a batch's filesystem work at once
@@ -242,6 +242,40 @@ struct Held<'a, 'l> {
     /// The event id of its recorded intent, which its completion names as
     /// its cause.
     intent_id: Option<Uuid>,
+}
+
+/// What every event of one prune run shares.
+struct PruneRun {
+    run_id: Uuid,
+    /// The id of the run's start event, which every intent names as its
+    /// cause.
+    started_id: Uuid,
+    correlation: Option<Uuid>,
+    /// The policy's age threshold, recorded in every intent.
+    threshold_us: u64,
+}
+
+/// One stream's part of a batch append.
+type BatchEntry = (StreamId, ExpectedVersion, Vec<NewEvent>);
+
+/// A prune batch whose completions are recorded: the leases of its
+/// sessions whose terminal event is recorded (their files are removed by
+/// the holder, after that event), and the in-process locks of all its
+/// sessions, released after the lease files are removed.
+#[derive(Default)]
+struct Finished<'l> {
+    leases: Vec<(SessionId, Lease)>,
+    guards: Vec<MutexGuard<'l, ()>>,
+}
+
+/// Removes the lease files of finished sessions, on up to
+/// [`FS_THREADS_MAX`] threads.
+fn remove_lease_files(leases: Vec<(SessionId, Lease)>) {
+    in_parallel(leases, FS_THREADS_MAX, |(session_id, lease)| {
+        if let Err(error) = lease.remove() {
+            tracing::warn!(%session_id, %error, "removing the lease file failed");
+        }
+    });
 }
 
 /// Removes a session's workspace directory from `workspaces` (without
@@ -346,13 +380,14 @@ impl Engine {
     /// it takes each session's lock and exclusive lease (a busy session is
     /// skipped), appends every intent in one transaction (each expecting
     /// the version the candidate was read at), removes the directories in
-    /// parallel, fsyncs `workspaces/` once, and appends every completion
-    /// in one transaction. The batches overlap: one batch's directories
-    /// are removed while the previous one's completions and the next
-    /// one's intents are appended. A crash anywhere leaves each session either
-    /// untouched (its intent was not committed) or pending (committed),
-    /// which `Engine::open` finishes. `progress` is first called before
-    /// any session is taken.
+    /// parallel, fsyncs `workspaces/` once, appends every completion in
+    /// one transaction, and then removes the lease files. The batches
+    /// overlap: while one batch's directories are removed, the previous
+    /// one's completions and the next one's intents are appended in one
+    /// transaction. A crash anywhere leaves each session either untouched
+    /// (its intent was not committed) or pending (committed), which
+    /// `Engine::open` finishes. `progress` is first called before any
+    /// session is taken.
     pub fn prune(
         &self,
         policy: &PrunePolicy,
@@ -439,41 +474,64 @@ impl Engine {
             .chunks(PRUNE_BATCH_SESSIONS)
             .zip(locks.chunks(PRUNE_BATCH_SESSIONS))
             .collect();
-        let take = |index: usize, report: &mut PruneReport| -> Vec<Held<'_, '_>> {
+        let run = PruneRun {
+            run_id,
+            started_id,
+            correlation,
+            threshold_us: u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX),
+        };
+        let hold = |index: usize, report: &mut PruneReport| -> Vec<Held<'_, '_>> {
             let Some((batch, locks)) = batches.get(index) else {
                 return Vec::new();
             };
-            let (held, settled) =
-                self.prune_take(batch, locks, policy, (run_id, started_id), report);
+            let held = self.prune_hold(batch, locks, report);
             // Sessions kept or failed before removal count as done.
-            for _ in 0..settled {
+            for _ in held.len()..batch.len() {
                 advance();
             }
             held
         };
+        let record = |removed, next, report: &mut PruneReport| {
+            let (next, settled, finished) = self.prune_record(removed, next, &run, report);
+            for _ in 0..settled {
+                advance();
+            }
+            (next, finished)
+        };
         // Batch k's directories are removed on other threads while this
-        // one appends batch k - 1's completions and takes batch k + 1
-        // (its leases and intents). Each session still goes intent,
-        // removal, completion, and at most three batches are held at once.
-        let mut current = take(0, &mut report);
+        // one takes batch k + 1 (locks and leases) and records batch
+        // k - 1's completions and batch k + 1's intents in one transaction;
+        // the removal threads then remove batch k - 2's lease files. Each
+        // session still goes intent, removal, completion, lease file, and
+        // at most four batches hold leases at once.
+        let first = hold(0, &mut report);
+        let (mut current, mut finished) = record(None, first, &mut report);
         let mut removed: Option<(Vec<Held<'_, '_>>, Vec<Result<u64>>)> = None;
         for index in 1..=batches.len() {
             let sessions: Vec<SessionId> = current
                 .iter()
                 .map(|held| held.candidate.session_id)
                 .collect();
-            let (removals, next) = std::thread::scope(|scope| {
+            // Taken by the removal thread; whatever it did not take (it
+            // could not be started) is removed here.
+            let leases = Mutex::new(std::mem::take(&mut finished.leases));
+            let (removals, next, newly_finished) = std::thread::scope(|scope| {
                 let remover = std::thread::Builder::new()
                     .name("sandlog-prune".to_owned())
                     .spawn_scoped(scope, {
                         let sessions = sessions.clone();
-                        let advance = &advance;
-                        move || self.remove_workspaces(sessions, advance)
+                        let (advance, leases) = (&advance, &leases);
+                        move || {
+                            let removals = self.remove_workspaces(sessions, advance);
+                            let mut leases = leases
+                                .lock()
+                                .unwrap_or_else(|poisoned| poisoned.into_inner());
+                            remove_lease_files(std::mem::take(&mut *leases));
+                            removals
+                        }
                     });
-                if let Some((held, removals)) = removed.take() {
-                    self.prune_finish(held, removals, run_id, &mut report);
-                }
-                let next = take(index, &mut report);
+                let next = hold(index, &mut report);
+                let (next, newly_finished) = record(removed.take(), next, &mut report);
                 let removals = match remover {
                     Ok(remover) => remover
                         .join()
@@ -483,14 +541,22 @@ impl Engine {
                         self.remove_workspaces(sessions, &advance)
                     }
                 };
-                (removals, next)
+                (removals, next, newly_finished)
             });
+            remove_lease_files(
+                leases
+                    .into_inner()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            );
+            // Released after their lease files are gone.
+            drop(std::mem::replace(&mut finished, newly_finished));
             removed = Some((current, removals));
             current = next;
         }
-        if let Some((held, removals)) = removed.take() {
-            self.prune_finish(held, removals, run_id, &mut report);
-        }
+        let (_, last) = record(removed.take(), Vec::new(), &mut report);
+        remove_lease_files(finished.leases);
+        remove_lease_files(last.leases);
+        drop((finished.guards, last.guards));
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;
         let completed = Event::PruneRunCompleted(PruneRunCompleted {
@@ -516,21 +582,16 @@ impl Engine {
         report.skipped_reasons.insert(session_id, reason);
     }
 
-    /// Takes one batch of a prune run (see [`Engine::prune`]): each
-    /// session's lock and exclusive lease, then every intent in one
-    /// append, each caused by the run's start (`run`: the run's id and its
-    /// start event's id). Returns the sessions held with their intents
-    /// recorded, and how many candidates were settled otherwise (kept or
-    /// failed).
-    fn prune_take<'a, 'l>(
+    /// Holds one batch of a prune run (see [`Engine::prune`]): each
+    /// session's in-process lock and exclusive lease. A busy session is
+    /// skipped, one whose lease cannot be taken is an error; both are
+    /// kept.
+    fn prune_hold<'a, 'l>(
         &self,
         batch: &'a [PruneCandidate],
         locks: &'l [Arc<Mutex<()>>],
-        policy: &PrunePolicy,
-        run: (Uuid, Uuid),
         report: &mut PruneReport,
-    ) -> (Vec<Held<'a, 'l>>, usize) {
-        let (run_id, started_id) = run;
+    ) -> Vec<Held<'a, 'l>> {
         // Held through intent, removal and completion: an execution cannot
         // start in between, and one that runs now (in this process: the
         // lock; in any: the lease) keeps its workspace.
@@ -574,51 +635,130 @@ impl Engine {
                 }
             }
         }
-        let mut settled = batch.len() - held.len();
-        if held.is_empty() {
-            return (held, settled);
-        }
+        held
+    }
 
-        // The intents, one transaction. A session used since its candidate
-        // was read fails the whole append; it is dropped (kept) and the
-        // rest appended again.
-        let threshold_us = u64::try_from(policy.older_than.as_micros()).unwrap_or(u64::MAX);
-        let mut conflicts = 0;
-        loop {
-            let intents: Vec<_> = held
-                .iter()
-                .map(|held| {
-                    let candidate = held.candidate;
-                    let intent = Event::SessionPruneRequested(SessionPruneRequested {
-                        run_id,
-                        age_us: candidate.age_us,
-                        threshold_us,
-                        size_bytes: candidate.bytes,
-                    });
-                    let mut intent = self.event(&intent).correlated(self.run_correlation(run_id));
-                    intent.causation_id = Some(started_id);
-                    (
-                        candidate.session_id.stream(),
-                        ExpectedVersion::Exact(candidate.version),
-                        vec![intent],
-                    )
-                })
-                .collect();
-            match self.append_log_batch(&intents) {
+    /// Records, in one transaction, the completions of a batch whose
+    /// directories were removed (`removed`: its sessions and their removal
+    /// results, in order) and the intents of the next batch (`next`, held;
+    /// each intent expects the version its candidate was read at). Returns
+    /// `next` with its intents recorded, how many of `next` were settled
+    /// otherwise (kept or failed), and the removed batch's leases and
+    /// locks, to be released once its lease files are removed.
+    fn prune_record<'a, 'l>(
+        &self,
+        removed: Option<(Vec<Held<'a, 'l>>, Vec<Result<u64>>)>,
+        mut next: Vec<Held<'a, 'l>>,
+        run: &PruneRun,
+        report: &mut PruneReport,
+    ) -> (Vec<Held<'a, 'l>>, usize, Finished<'l>) {
+        let (removed, removals) = removed.unwrap_or_default();
+        let completions = removed
+            .iter()
+            .zip(&removals)
+            .map(|(held, removal)| {
+                let done = match removal {
+                    Ok(bytes) => Event::SessionPruned(SessionPruned {
+                        run_id: Some(run.run_id),
+                        reclaimed_bytes: *bytes,
+                    }),
+                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed {
+                        run_id: Some(run.run_id),
+                        error: error.to_string(),
+                    }),
+                };
+                let mut done = self.event(&done).correlated(run.correlation);
+                done.causation_id = held.intent_id;
+                (
+                    held.candidate.session_id.stream(),
+                    ExpectedVersion::Exact(held.candidate.version.next()),
+                    vec![done],
+                )
+            })
+            .collect();
+        let held = next.len();
+        let unrecorded = self.prune_append(completions, &mut next, run, report);
+        for held in &next {
+            let candidate = held.candidate;
+            tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
+        }
+        let finished = Self::prune_report(removed, removals, unrecorded, report);
+        let settled = held - next.len();
+        (next, settled, finished)
+    }
+
+    /// Appends `completions` and the intents of `next` in one transaction.
+    /// A session of `next` used since its candidate was read fails the
+    /// append; it is dropped from `next` (kept) and the rest appended
+    /// again. Returns the completions that could not be recorded (their
+    /// sessions stay pending, for the applier), with why.
+    fn prune_append(
+        &self,
+        completions: Vec<BatchEntry>,
+        next: &mut Vec<Held<'_, '_>>,
+        run: &PruneRun,
+        report: &mut PruneReport,
+    ) -> BTreeMap<SessionId, String> {
+        let mut unrecorded = BTreeMap::new();
+        let mut split = completions.len();
+        let mut entries = completions;
+        entries.extend(next.iter().map(|held| {
+            let candidate = held.candidate;
+            let intent = Event::SessionPruneRequested(SessionPruneRequested {
+                run_id: run.run_id,
+                age_us: candidate.age_us,
+                threshold_us: run.threshold_us,
+                size_bytes: candidate.bytes,
+            });
+            let mut intent = self.event(&intent).correlated(run.correlation);
+            intent.causation_id = Some(run.started_id);
+            (
+                candidate.session_id.stream(),
+                ExpectedVersion::Exact(candidate.version),
+                vec![intent],
+            )
+        }));
+        let mut rechecked = false;
+        while !entries.is_empty() {
+            let error = match self.append_log_batch(&entries) {
                 Ok(_) => {
-                    for (held, (_, _, events)) in held.iter_mut().zip(&intents) {
+                    for (held, (_, _, events)) in next.iter_mut().zip(entries.iter().skip(split)) {
                         held.intent_id = events.first().map(|event| event.event_id.0);
                     }
                     break;
                 }
-                Err(EventStoreError::VersionConflict { stream, .. }) => {
-                    conflicts += 1;
-                    let before = held.len();
+                Err(error) => error,
+            };
+            let conflict = match &error {
+                EventStoreError::VersionConflict { stream, .. } => entries
+                    .iter()
+                    .position(|(other, _, _)| other == stream)
+                    .map(|index| (index, *stream)),
+                _ => None,
+            };
+            match conflict {
+                Some((index, stream)) if index < split => {
+                    // Nothing else appends to a session whose lease this run
+                    // holds; if something did, that one stays pending for
+                    // the applier and the others are recorded.
+                    entries.remove(index);
+                    split -= 1;
+                    if let StreamId::Session(session_id) = stream {
+                        unrecorded.insert(
+                            session_id,
+                            format!("the session's log moved during its prune ({stream})"),
+                        );
+                    }
+                }
+                Some((_, stream)) => {
                     // Re-read every session once so that many sessions used
                     // during the run cost one retry, not one each; the one
                     // named is dropped in any case, so the loop ends.
-                    let recheck = conflicts == 1;
-                    held.retain(|held| {
+                    let recheck = !rechecked;
+                    rechecked = true;
+                    let intents = entries.split_off(split);
+                    let mut kept = Vec::with_capacity(next.len());
+                    for (held, intent) in std::mem::take(next).into_iter().zip(intents) {
                         let candidate = held.candidate;
                         let moved = candidate.session_id.stream() == stream
                             || (recheck
@@ -632,110 +772,54 @@ impl Engine {
                                 candidate.session_id,
                                 "used during the prune run (its log moved past the candidate's version): kept".to_owned(),
                             );
+                        } else {
+                            kept.push(held);
+                            entries.push(intent);
                         }
-                        !moved
-                    });
-                    settled += before - held.len();
-                    if held.is_empty() {
-                        return (held, settled);
                     }
+                    *next = kept;
                 }
-                Err(error) => {
-                    tracing::error!(target: "sandlog::prune", %error, sessions = held.len(), "prune intents failed");
-                    for held in &held {
-                        report
-                            .errors
-                            .insert(held.candidate.session_id, error.to_string());
-                    }
-                    return (Vec::new(), settled + held.len());
-                }
-            }
-        }
-        for held in &held {
-            let candidate = held.candidate;
-            tracing::info!(target: "sandlog::prune", event = "session.prune.candidate", session_id = %candidate.session_id, age_us = candidate.age_us, bytes = candidate.bytes, "candidate");
-        }
-        (held, settled)
-    }
-
-    /// Finishes one batch of a prune run whose directories were removed
-    /// (`removals`, in the order of `held`): every completion in one
-    /// append, the report, then the lease files and locks.
-    fn prune_finish(
-        &self,
-        held: Vec<Held<'_, '_>>,
-        removals: Vec<Result<u64>>,
-        run_id: Uuid,
-        report: &mut PruneReport,
-    ) {
-        if held.is_empty() {
-            return;
-        }
-        // The completions, one transaction, each expecting its intent.
-        let mut completions: Vec<_> = held
-            .iter()
-            .zip(&removals)
-            .map(|(held, removal)| {
-                let done = match removal {
-                    Ok(bytes) => Event::SessionPruned(SessionPruned {
-                        run_id: Some(run_id),
-                        reclaimed_bytes: *bytes,
-                    }),
-                    Err(error) => Event::SessionPruneFailed(SessionPruneFailed {
-                        run_id: Some(run_id),
-                        error: error.to_string(),
-                    }),
-                };
-                let session_id = held.candidate.session_id;
-                let mut done = self.event(&done).correlated(self.run_correlation(run_id));
-                done.causation_id = held.intent_id;
-                (
-                    session_id.stream(),
-                    ExpectedVersion::Exact(held.candidate.version.next()),
-                    vec![done],
-                )
-            })
-            .collect();
-        let mut unrecorded: BTreeMap<SessionId, String> = BTreeMap::new();
-        while !completions.is_empty() {
-            match self.append_log_batch(&completions) {
-                Ok(_) => break,
-                Err(EventStoreError::VersionConflict { stream, .. }) => {
-                    // Nothing else appends to a session whose lease this run
-                    // holds; if something did, that one stays pending for
-                    // the applier and the others are recorded.
-                    let error = format!("the session's log moved during its prune ({stream})");
-                    completions.retain(|(other, _, _)| {
-                        if *other == stream
-                            && let StreamId::Session(session_id) = other
-                        {
-                            unrecorded.insert(*session_id, error.clone());
-                        }
-                        *other != stream
-                    });
-                }
-                Err(error) => {
-                    for (stream, _, _) in &completions {
+                None => {
+                    // Both parts fail: the removed sessions stay pending
+                    // (the applier finishes them), the next ones are kept.
+                    tracing::error!(target: "sandlog::prune", %error, completions = split, intents = next.len(), "recording a prune batch failed");
+                    for (stream, _, _) in entries.iter().take(split) {
                         if let StreamId::Session(session_id) = stream {
                             unrecorded.insert(*session_id, error.to_string());
                         }
+                    }
+                    for held in next.drain(..) {
+                        report
+                            .errors
+                            .insert(held.candidate.session_id, error.to_string());
                     }
                     break;
                 }
             }
         }
+        unrecorded
+    }
 
-        let mut finished = Vec::new();
-        let mut guards = Vec::with_capacity(held.len());
-        for (held, removal) in held.into_iter().zip(removals) {
+    /// Reports one removed batch of a prune run (`removals`, in the order
+    /// of `removed`), given the completions that could not be recorded;
+    /// returns the leases and locks of the batch, the leases of the
+    /// sessions whose terminal event is recorded to be removed.
+    fn prune_report<'l>(
+        removed: Vec<Held<'_, 'l>>,
+        removals: Vec<Result<u64>>,
+        mut unrecorded: BTreeMap<SessionId, String>,
+        report: &mut PruneReport,
+    ) -> Finished<'l> {
+        let mut finished = Finished::default();
+        for (held, removal) in removed.into_iter().zip(removals) {
             let session_id = held.candidate.session_id;
-            guards.push(held.guard);
+            finished.guards.push(held.guard);
             match (removal, unrecorded.remove(&session_id)) {
                 (Ok(bytes), None) => {
                     tracing::info!(target: "sandlog::prune", event = "session.prune.deleted", %session_id, bytes, "deleted");
                     report.deleted_sessions.push(session_id);
                     report.reclaimed_bytes += bytes;
-                    finished.push((session_id, held.lease));
+                    finished.leases.push((session_id, held.lease));
                 }
                 (Ok(_), Some(error)) => {
                     tracing::error!(target: "sandlog::prune", %session_id, %error, "deleted, but recording it failed; the applier will finish the intent");
@@ -753,18 +837,7 @@ impl Engine {
                 }
             }
         }
-        // A pruned session's lease file goes, by its holder, after the
-        // terminal event; the locks are released last.
-        in_parallel(
-            finished,
-            FS_THREADS_MAX,
-            |(session_id, lease): (SessionId, Lease)| {
-                if let Err(error) = lease.remove() {
-                    tracing::warn!(%session_id, %error, "removing the lease file failed");
-                }
-            },
-        );
-        drop(guards);
+        finished
     }
 
     /// Deletes a session (S6): intent, removal, completion. Waits up to

@@ -364,20 +364,22 @@ fn run_lengths(positions: &[u64]) -> Vec<usize> {
 }
 
 /// Goal: a prune of more sessions than one batch records intents and
-/// completions batch-wise (never one session's pair at a time), deletes
-/// every directory (removed on several threads while the next batch's
-/// intents are appended), removes the lease files, and leaves a log and
-/// read models that verify. Method: one batch and 44 more sessions, old;
-/// prune; all `session.prune.requested` events come first at consecutive
-/// positions, then all `session.pruned`, in the same session order; every
-/// session is `pruned` without a directory or lease file; the reclaimed
-/// bytes are the files written; `verify` is clean and a reopen finds
-/// nothing pending.
+/// completions batch-wise (never one session's pair at a time), each
+/// batch's completions in one transaction with the intents of the batch
+/// two after it, deletes every directory (removed on several threads while
+/// those are appended), removes the lease files, and leaves a log and
+/// read models that verify. Method: two batches and 44 more sessions, old;
+/// prune; the log holds the first two batches' intents, then the first
+/// batch's completions directly followed by the third batch's intents,
+/// then the other completions, each run at consecutive positions and the
+/// completions in the intents' session order; every session is `pruned`
+/// without a directory or lease file; the reclaimed bytes are the files
+/// written; `verify` is clean and a reopen finds nothing pending.
 #[test]
 fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> TestResult {
     let mut root = TestRoot::new()?;
     let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
-    let count = batch + 44;
+    let count = 2 * batch + 44;
     let engine = quick_engine(&root)?;
     let mut ids = Vec::new();
     for index in 0..count {
@@ -397,12 +399,11 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
     assert_eq!(report.reclaimed_bytes, written);
     let requested = positions_of(&root, "session.prune.requested")?;
     let pruned = positions_of(&root, "session.pruned")?;
-    assert_eq!(run_lengths(&requested), vec![count]);
-    assert_eq!(run_lengths(&pruned), vec![count]);
-    assert_eq!(
-        requested.last().map(|last| last + 1),
-        pruned.first().copied()
-    );
+    assert_eq!(run_lengths(&requested), vec![2 * batch, 44]);
+    assert_eq!(run_lengths(&pruned), vec![batch, batch + 44]);
+    assert_eq!(requested[2 * batch - 1] + 1, pruned[0]);
+    assert_eq!(pruned[batch - 1] + 1, requested[2 * batch]);
+    assert_eq!(requested[count - 1] + 1, pruned[batch]);
     let log = root.engine.raw_log()?;
     let stream_at = |position: u64| -> Result<_, RuntimeError> {
         Ok(log
@@ -493,6 +494,90 @@ fn a_session_used_after_selection_is_kept_and_its_batch_pruned() -> TestResult {
     }
     let outcome = root.engine.verify(None, &|_| {})?;
     assert!(outcome.ok, "{outcome:?}");
+    Ok(())
+}
+
+/// Goal (P7): when a session of a later batch is used during the run, the
+/// transaction that records an earlier batch's completions together with
+/// that batch's intents fails on the stale intent alone: it is made again
+/// without it, so the completions are recorded and the used session is
+/// kept. Method: two batches and 44 more old sessions; the run's first
+/// progress call made after a removal (batch 1's directories are being
+/// removed, batch 3 not yet taken) writes to a session of batch 3 through a
+/// second engine. That session is kept with the "used during the prune
+/// run" reason and no intent; every other session is pruned; batch 1's
+/// completions are directly followed by batch 3's 43 intents; `verify` is
+/// clean and nothing is pending.
+#[test]
+fn a_session_used_in_a_later_batch_is_kept_and_earlier_completions_recorded() -> TestResult {
+    let root = TestRoot::new()?;
+    let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
+    let count = 2 * batch + 44;
+    let engine = quick_engine(&root)?;
+    for _ in 0..count {
+        engine.create_session(BTreeMap::new())?;
+    }
+    drop(engine);
+    root.clock.advance(48 * HOUR);
+    let policy = PrunePolicy::older_than(24 * HOUR);
+    let plan = sandlog_projections::query::prune_candidates(
+        &root.engine.raw_log()?,
+        &policy,
+        sandlog_core::Clock::now(&root.clock),
+    )?;
+    assert_eq!(plan.candidates.len(), count);
+    let used = plan.candidates[2 * batch + 10].session_id;
+    let other =
+        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
+    let wrote = std::sync::Mutex::new(None);
+    let progress = |done: u64, _: u64| {
+        let mut wrote = wrote.lock().unwrap();
+        if done > 0 && wrote.is_none() {
+            *wrote = Some(
+                other
+                    .write_file(used, &path("late.txt"), b"used just now", false)
+                    .map(|_| ()),
+            );
+        }
+    };
+    let report = root.engine.prune(&policy, false, &progress)?;
+    wrote
+        .into_inner()
+        .unwrap()
+        .ok_or("progress was never called after a removal")??;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.skipped_sessions, vec![used]);
+    assert_eq!(
+        report.skipped_reasons.get(&used).map(String::as_str),
+        Some("used during the prune run (its log moved past the candidate's version): kept")
+    );
+    assert_eq!(report.deleted_sessions.len(), count - 1);
+    assert_eq!(root.engine.session(used)?.status, SessionStatus::Active);
+    assert!(
+        !root
+            .stream_kinds(used)?
+            .iter()
+            .any(|kind| kind == "session.prune.requested")
+    );
+    let requested = positions_of(&root, "session.prune.requested")?;
+    let pruned = positions_of(&root, "session.pruned")?;
+    // The second engine's write may land between two batches' intents.
+    assert_eq!(requested.len(), 2 * batch + 43);
+    assert_eq!(run_lengths(&requested[2 * batch..]), vec![43]);
+    assert_eq!(run_lengths(&pruned), vec![batch, batch + 43]);
+    assert_eq!(pruned[batch - 1] + 1, requested[2 * batch]);
+    for candidate in plan.candidates.iter().filter(|c| c.session_id != used) {
+        let id = candidate.session_id;
+        assert_eq!(root.engine.session(id)?.status, SessionStatus::Pruned);
+        assert!(!root.engine.layout().workspace(id).exists());
+    }
+    let outcome = root.engine.verify(None, &|_| {})?;
+    assert!(outcome.ok, "{outcome:?}");
+    assert!(
+        root.engine
+            .sessions(Some(SessionStatus::Pruning))?
+            .is_empty()
+    );
     Ok(())
 }
 
