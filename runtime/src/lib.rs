@@ -65,6 +65,7 @@ pub mod shared;
 pub mod verify;
 pub mod workspace;
 
+mod removal;
 mod scan;
 mod statcache;
 mod tree;

@@ -17,13 +17,10 @@
 //! root from opening or other sessions from working.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use cap_std::ambient_authority;
-use cap_std::fs::Dir;
 use sandlog_core::event::{
     Event, PruneRunCompleted, PruneRunStarted, SessionDeleteRequested, SessionDeleted,
     SessionIntentFailed, SessionPruneFailed, SessionPruneRequested, SessionPruned,
@@ -39,8 +36,8 @@ use uuid::Uuid;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::layout::Layout;
 use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
+use crate::removal::{RemovalPool, Ticket};
 use crate::workspace::fsync_dir;
 
 /// The reason prune gives for a session it kept because another execution,
@@ -153,14 +150,15 @@ pub const PRUNE_BATCH_SESSIONS: usize = 128;
 /// than this only add contention.
 pub const FS_THREADS_MAX: usize = 16;
 
-/// Most threads removing workspaces at once. A removal mostly waits: on
+/// Most threads removing workspaces at once (the prune's removal pool,
+/// its own thread included). A removal mostly waits: on
 /// a file system mounted with `discard`, freeing a file's or directory's
 /// blocks discards them synchronously, so several removals in flight
 /// overlap those waits even on few cores. Each frees its directory after
 /// the `rmdir` has released `workspaces/` (see `tree::remove_tree`), so
 /// they do not queue on that directory's lock; past this many they only
 /// compete with the appends for the CPU.
-pub const REMOVE_THREADS_MAX: usize = 8;
+pub const REMOVE_THREADS_MAX: usize = 16;
 
 /// Fewest items a thread is given: below that, starting the thread costs
 /// more than it saves.
@@ -244,6 +242,16 @@ struct Held<'a, 'l> {
     intent_id: Option<Uuid>,
 }
 
+/// Closes a removal pool when dropped, however the run ends, so that its
+/// workers end too.
+struct ClosePool<'p, 'a>(&'p RemovalPool<'a>);
+
+impl Drop for ClosePool<'_, '_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// What every event of one prune run shares.
 struct PruneRun {
     run_id: Uuid,
@@ -266,37 +274,6 @@ type BatchEntry = (StreamId, ExpectedVersion, Vec<NewEvent>);
 struct Finished<'l> {
     leases: Vec<(SessionId, Lease)>,
     guards: Vec<MutexGuard<'l, ()>>,
-}
-
-/// Removes the lease files of finished sessions, on up to
-/// [`FS_THREADS_MAX`] threads.
-fn remove_lease_files(leases: Vec<(SessionId, Lease)>) {
-    in_parallel(leases, FS_THREADS_MAX, |(session_id, lease)| {
-        if let Err(error) = lease.remove() {
-            tracing::warn!(%session_id, %error, "removing the lease file failed");
-        }
-    });
-}
-
-/// Removes a session's workspace directory from `workspaces` (without
-/// syncing it): the fault injector first, then the removal; returns the
-/// bytes it held.
-fn remove_workspace_unsynced(
-    layout: &Layout,
-    workspaces: &Dir,
-    fault: Option<&crate::fault::SharedFaultInjector>,
-    session_id: SessionId,
-) -> Result<u64> {
-    let path = layout.workspace(session_id);
-    if let Some(fault) = fault {
-        fault
-            .before_remove(session_id, &path)
-            .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
-    }
-    // By directory handle: any tree a guest can build (deeper than
-    // PATH_MAX, say) is measured and removed with O(1) descriptors.
-    crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
-        .map_err(RuntimeError::io(format!("removing {}", path.display())))
 }
 
 impl Engine {
@@ -322,55 +299,6 @@ impl Engine {
             "syncing {}",
             self.layout.workspaces.display()
         )))
-    }
-
-    /// Removes the workspaces of `sessions` on up to [`REMOVE_THREADS_MAX`]
-    /// threads, then fsyncs `workspaces/` once, so every removal reported
-    /// `Ok` is durable. Results are in the order given; `removed` is called
-    /// after each removal.
-    pub(crate) fn remove_workspaces(
-        &self,
-        sessions: Vec<SessionId>,
-        removed: &(dyn Fn() + Sync),
-    ) -> Vec<Result<u64>> {
-        let workspaces = match Dir::open_ambient_dir(&self.layout.workspaces, ambient_authority()) {
-            Ok(workspaces) => workspaces,
-            Err(error) => {
-                let message = format!("opening {}: {error}", self.layout.workspaces.display());
-                return sessions
-                    .iter()
-                    .map(|_| {
-                        Err(RuntimeError::Io {
-                            context: message.clone(),
-                            source: std::io::Error::new(error.kind(), error.to_string()),
-                        })
-                    })
-                    .collect();
-            }
-        };
-        let layout = &self.layout;
-        let fault = self.options.fault.as_ref();
-        let mut results = in_parallel(sessions, REMOVE_THREADS_MAX, |session_id| {
-            let result = remove_workspace_unsynced(layout, &workspaces, fault, session_id);
-            removed();
-            result
-        });
-        if results.iter().any(Result::is_ok)
-            && let Err(error) = self.sync_workspaces()
-        {
-            // Whether the removals reached the disk is unknown: none is
-            // reported done.
-            let message = error.to_string();
-            for result in &mut results {
-                if result.is_ok() {
-                    *result = Err(RuntimeError::Io {
-                        context: message.clone(),
-                        source: std::io::Error::other("the removal may not be durable"),
-                    });
-                }
-            }
-        }
-        results
     }
 
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
@@ -498,65 +426,55 @@ impl Engine {
             }
             (next, finished)
         };
-        // Batch k's directories are removed on other threads while this
-        // one takes batch k + 1 (locks and leases) and records batch
-        // k - 1's completions and batch k + 1's intents in one transaction;
-        // the removal threads then remove batch k - 2's lease files. Each
-        // session still goes intent, removal, completion, lease file, and
-        // at most four batches hold leases at once.
-        let first = hold(0, &mut report);
-        let (mut current, mut finished) = record(None, first, &mut report);
-        let mut removed: Option<(Vec<Held<'_, '_>>, Vec<Result<u64>>)> = None;
-        for index in 1..=batches.len() {
-            let sessions: Vec<SessionId> = current
-                .iter()
-                .map(|held| held.candidate.session_id)
-                .collect();
-            // Taken by the removal thread; whatever it did not take (it
-            // could not be started) is removed here.
-            let leases = Mutex::new(std::mem::take(&mut finished.leases));
-            let (removals, next, newly_finished) = std::thread::scope(|scope| {
-                let remover = std::thread::Builder::new()
+        // Batch k's directories are removed by the pool while this thread
+        // takes batch k + 1 (locks and leases) and records batch k - 1's
+        // completions and batch k + 1's intents in one transaction; then
+        // batch k - 1's lease files and batch k + 1's directories are
+        // queued behind batch k's. Each session still goes intent,
+        // removal, completion, lease file, and at most four batches hold
+        // leases at once.
+        let pool = RemovalPool::new(&self.layout, self.options.fault.as_ref(), &advance);
+        let ids = |held: &[Held<'_, '_>]| -> Vec<SessionId> {
+            held.iter().map(|held| held.candidate.session_id).collect()
+        };
+        std::thread::scope(|scope| {
+            let _closing = ClosePool(&pool);
+            // This thread works too while it waits.
+            let workers = in_parallel_threads(plan.candidates.len(), REMOVE_THREADS_MAX);
+            for _ in 1..workers {
+                if let Err(error) = std::thread::Builder::new()
                     .name("sandlog-prune".to_owned())
-                    .spawn_scoped(scope, {
-                        let sessions = sessions.clone();
-                        let (advance, leases) = (&advance, &leases);
-                        move || {
-                            let removals = self.remove_workspaces(sessions, advance);
-                            let mut leases = leases
-                                .lock()
-                                .unwrap_or_else(|poisoned| poisoned.into_inner());
-                            remove_lease_files(std::mem::take(&mut *leases));
-                            removals
-                        }
-                    });
+                    .spawn_scoped(scope, || pool.work())
+                {
+                    tracing::warn!(%error, "starting a removal thread failed; the others do its share");
+                    break;
+                }
+            }
+            let first = hold(0, &mut report);
+            let (first, _) = record(None, first, &mut report);
+            let mut current = (pool.submit_workspaces(&ids(&first)), first);
+            let mut removed: Option<(Vec<Held<'_, '_>>, Vec<Result<u64>>)> = None;
+            // Lease files being removed, and the locks to release after.
+            let mut unleasing: Option<(Ticket, Vec<MutexGuard<'_, ()>>)> = None;
+            for index in 1..=batches.len() {
                 let next = hold(index, &mut report);
-                let (next, newly_finished) = record(removed.take(), next, &mut report);
-                let removals = match remover {
-                    Ok(remover) => remover
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(error) => {
-                        tracing::warn!(%error, "starting the removal thread failed; removing here");
-                        self.remove_workspaces(sessions, &advance)
-                    }
-                };
-                (removals, next, newly_finished)
-            });
-            remove_lease_files(
-                leases
-                    .into_inner()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
-            );
-            // Released after their lease files are gone.
-            drop(std::mem::replace(&mut finished, newly_finished));
-            removed = Some((current, removals));
-            current = next;
-        }
-        let (_, last) = record(removed.take(), Vec::new(), &mut report);
-        remove_lease_files(finished.leases);
-        remove_lease_files(last.leases);
-        drop((finished.guards, last.guards));
+                let (next, finished) = record(removed.take(), next, &mut report);
+                let unleased = pool.submit_lease_files(finished.leases);
+                let next = (pool.submit_workspaces(&ids(&next)), next);
+                let (ticket, held) = std::mem::replace(&mut current, next);
+                removed = Some((held, pool.wait(ticket)));
+                if let Some((ticket, guards)) = unleasing.replace((unleased, finished.guards)) {
+                    pool.wait(ticket);
+                    drop(guards);
+                }
+            }
+            let (_, last) = record(removed.take(), Vec::new(), &mut report);
+            let unleased = pool.submit_lease_files(last.leases);
+            for (ticket, guards) in unleasing.into_iter().chain([(unleased, last.guards)]) {
+                pool.wait(ticket);
+                drop(guards);
+            }
+        });
         progress(total, total);
         report.duration_ms = started.elapsed().as_millis() as u64;
         let completed = Event::PruneRunCompleted(PruneRunCompleted {
