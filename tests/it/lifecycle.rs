@@ -430,6 +430,36 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
     Ok(())
 }
 
+/// Prunes by `policy` while another process uses `used`: the run's first
+/// progress call with at least `done` sessions done writes a file to it
+/// through a second engine on the same root.
+fn prune_using(
+    root: &TestRoot,
+    policy: &PrunePolicy,
+    used: SessionId,
+    done: u64,
+) -> Result<sandlog_runtime::lifecycle::PruneReport, Box<dyn std::error::Error + Send + Sync>> {
+    let other =
+        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
+    let wrote = std::sync::Mutex::new(None);
+    let progress = |now: u64, _: u64| {
+        let mut wrote = wrote.lock().unwrap();
+        if now >= done && wrote.is_none() {
+            *wrote = Some(
+                other
+                    .write_file(used, &path("late.txt"), b"used just now", false)
+                    .map(|_| ()),
+            );
+        }
+    };
+    let report = root.engine.prune(policy, false, &progress)?;
+    wrote
+        .into_inner()
+        .unwrap()
+        .ok_or(format!("progress never reached {done} sessions done"))??;
+    Ok(report)
+}
+
 /// Goal (P7): a session written after the candidates were read is kept
 /// with the reason given today, and the rest of its batch is still pruned
 /// (the batch's append fails on the stale session and is made again
@@ -446,26 +476,7 @@ fn a_session_used_after_selection_is_kept_and_its_batch_pruned() -> TestResult {
         .collect::<Result<_, _>>()?;
     let used = ids[7];
     root.clock.advance(48 * HOUR);
-    let other =
-        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
-    let wrote = std::sync::Mutex::new(None);
-    let progress = |_: u64, _: u64| {
-        let mut wrote = wrote.lock().unwrap();
-        if wrote.is_none() {
-            *wrote = Some(
-                other
-                    .write_file(used, &path("late.txt"), b"used just now", false)
-                    .map(|_| ()),
-            );
-        }
-    };
-    let report = root
-        .engine
-        .prune(&PrunePolicy::older_than(24 * HOUR), false, &progress)?;
-    wrote
-        .into_inner()
-        .unwrap()
-        .ok_or("progress was never called")??;
+    let report = prune_using(&root, &PrunePolicy::older_than(24 * HOUR), used, 0)?;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.skipped_sessions, vec![used]);
     assert_eq!(
@@ -527,24 +538,7 @@ fn a_session_used_in_a_later_batch_is_kept_and_earlier_completions_recorded() ->
     )?;
     assert_eq!(plan.candidates.len(), count);
     let used = plan.candidates[2 * batch + 10].session_id;
-    let other =
-        sandlog_runtime::Engine::open(root.path(), sandlog_tests::engine::options(&root.clock))?;
-    let wrote = std::sync::Mutex::new(None);
-    let progress = |done: u64, _: u64| {
-        let mut wrote = wrote.lock().unwrap();
-        if done > 0 && wrote.is_none() {
-            *wrote = Some(
-                other
-                    .write_file(used, &path("late.txt"), b"used just now", false)
-                    .map(|_| ()),
-            );
-        }
-    };
-    let report = root.engine.prune(&policy, false, &progress)?;
-    wrote
-        .into_inner()
-        .unwrap()
-        .ok_or("progress was never called after a removal")??;
+    let report = prune_using(&root, &policy, used, 1)?;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.skipped_sessions, vec![used]);
     assert_eq!(
