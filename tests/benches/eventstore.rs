@@ -75,8 +75,11 @@ const DURABLE_LATENCY_RATIO_MAX: f64 = 1.3;
 const RAW_CACHE_SIZE_KIB: i64 = 32 * 1024;
 
 const RAW_INSERT: &str = "INSERT INTO events (position, stream, version, event_id, kind, schema, \
-     recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+     recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash, stream_key) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
+/// The raw side names each stream once, as the store does.
+const RAW_INSERT_STREAM: &str = "INSERT OR IGNORE INTO streams (key, stream) VALUES (?1, ?2)";
 
 const RAW_SELECT: &str = "SELECT position, stream, version, event_id, kind, schema, recorded_at, \
      actor, correlation_id, causation_id, payload, prev_hash, hash FROM events ORDER BY position";
@@ -126,6 +129,7 @@ fn make_events(n: usize) -> Vec<NewEvent> {
 struct RawRow {
     position: i64,
     stream: String,
+    stream_key: i64,
     version: i64,
     event_id: [u8; 16],
     kind: String,
@@ -182,6 +186,7 @@ fn raw_rows(
             rows.push(RawRow {
                 position: position as i64,
                 stream: stream.clone(),
+                stream_key: stream_index as i64 + 1,
                 version: version as i64,
                 event_id: *event.event_id.0.as_bytes(),
                 kind: event.kind.clone(),
@@ -238,7 +243,9 @@ fn raw_insert_batch(connection: &mut Connection, rows: &[RawRow]) -> BenchResult
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut insert = transaction.prepare_cached(RAW_INSERT)?;
+        let mut insert_stream = transaction.prepare_cached(RAW_INSERT_STREAM)?;
         for row in rows {
+            insert_stream.execute(params![row.stream_key, row.stream])?;
             insert.execute(params![
                 row.position,
                 row.stream,
@@ -253,6 +260,7 @@ fn raw_insert_batch(connection: &mut Connection, rows: &[RawRow]) -> BenchResult
                 row.payload,
                 row.prev_hash.0.as_slice(),
                 row.hash.0.as_slice(),
+                row.stream_key,
             ])?;
         }
     }

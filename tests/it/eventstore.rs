@@ -453,9 +453,18 @@ fn insert_row(
 ) -> rusqlite::Result<()> {
     let mut all = vec![Value::Integer(sql_position(position))];
     all.extend(values);
+    // A careful tamperer keeps `streams` consistent: the row is caught by
+    // the chain, not by a dangling stream key.
+    if let Some(stream) = all.get(1) {
+        tamperer.execute(
+            "INSERT OR IGNORE INTO streams (stream) VALUES (?1)",
+            [stream],
+        )?;
+    }
     tamperer.execute(
         &format!(
-            "INSERT INTO events (position, {ROW_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            "INSERT INTO events (position, {ROW_COLUMNS}, stream_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
+             (SELECT key FROM streams WHERE stream = ?2))"
         ),
         rusqlite::params_from_iter(all),
     )?;
@@ -1863,6 +1872,92 @@ fn garbage_file_is_not_a_database_and_is_left_untouched() -> TestResult {
     );
     assert_eq!(error.kind(), "not_a_database");
     assert_eq!(directory_snapshot(dir.path())?, before);
+    Ok(())
+}
+
+/// Goal: a schema-4 file (events indexed by stream text) migrates to
+/// stream keys with nothing lost. Method: write three streams interleaved,
+/// turn the file into schema 4, reopen; each stream reads back the same
+/// events, keys follow first-write order, `verify` finds the same head,
+/// and appends still check versions.
+#[test]
+fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
+    let temp = temp_store()?;
+    let (a, b) = (
+        StreamId::Session(SessionId::new_v4()),
+        StreamId::Session(SessionId::new_v4()),
+    );
+    let event = || new_event("file.written", &json!({}));
+    temp.store
+        .append(a, ExpectedVersion::NoStream, &[event(), event()])?;
+    temp.store
+        .append(StreamId::System, ExpectedVersion::NoStream, &[event()])?;
+    temp.store
+        .append(b, ExpectedVersion::NoStream, &[event()])?;
+    temp.store
+        .append(a, ExpectedVersion::Exact(StreamVersion(2)), &[event()])?;
+    let streams = [a, StreamId::System, b];
+    let before: Vec<Vec<Envelope>> = streams
+        .iter()
+        .map(|stream| temp.store.read_stream(*stream))
+        .collect::<Result<_, _>>()?;
+    let head = temp.store.verify()?;
+    temp.tamperer()?.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
+    let temp = temp.reopen()?;
+    for (stream, events) in streams.iter().zip(&before) {
+        assert_eq!(&temp.store.read_stream(*stream)?, events, "{stream}");
+    }
+    assert_eq!(temp.store.verify()?, head);
+    let connection = Connection::open(temp.path())?;
+    let keyed: Vec<String> = connection
+        .prepare("SELECT stream FROM streams ORDER BY key")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<String> = streams.iter().map(ToString::to_string).collect();
+    assert_eq!(keyed, expected);
+    let user_version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    assert_eq!(user_version, SCHEMA_VERSION);
+    assert!(matches!(
+        temp.store.append(b, ExpectedVersion::NoStream, &[event()]),
+        Err(EventStoreError::VersionConflict { .. })
+    ));
+    let appended = temp
+        .store
+        .append(b, ExpectedVersion::Exact(StreamVersion(1)), &[event()])?;
+    assert_eq!(appended.first().map(|e| e.version), Some(StreamVersion(2)));
+    assert_eq!(temp.store.read_stream(b)?.len(), 2);
+    Ok(())
+}
+
+/// Goal: a row whose `stream_key` names another stream (the key is outside
+/// the hash, and would hand the event to that stream's readers) is found
+/// by `verify` at its position. Method: point row 2's key at stream `b`'s key with plain SQL.
+#[test]
+fn a_stream_key_pointed_at_another_stream_fails_verify() -> TestResult {
+    let temp = temp_store()?;
+    let (a, b) = (
+        StreamId::Session(SessionId::new_v4()),
+        StreamId::Session(SessionId::new_v4()),
+    );
+    let event = || new_event("file.written", &json!({}));
+    temp.store
+        .append(a, ExpectedVersion::NoStream, &[event(), event()])?;
+    temp.store
+        .append(b, ExpectedVersion::NoStream, &[event()])?;
+    temp.store.verify()?;
+    temp.tamperer()?.execute(
+        "UPDATE events SET stream_key = (SELECT key FROM streams WHERE stream = ?1) WHERE position = 2",
+        [b.to_string()],
+    )?;
+    let error = temp.store.verify().err();
+    assert!(
+        matches!(
+            &error,
+            Some(EventStoreError::ChainBroken { position, problem: ChainProblem::Malformed(why) })
+                if *position == Position(2) && why.contains("stream_key")
+        ),
+        "{error:?}"
+    );
     Ok(())
 }
 

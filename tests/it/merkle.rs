@@ -138,6 +138,7 @@ fn a_store_from_before_the_tree_gets_it_on_open() -> TestResult {
     let before = temp.store.merkle_head()?;
     {
         let connection = rusqlite::Connection::open(temp.path())?;
+        connection.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
         connection.execute_batch(
             "DROP TABLE merkle_nodes; DROP TABLE checkpoints; DROP TABLE blob_index; DROP TABLE blob_chunks; \
              CREATE TABLE blobs (hash BLOB PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL); \

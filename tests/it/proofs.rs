@@ -223,7 +223,7 @@ fn altered_deleted_or_inserted_events_fail_checkpoint_verification() -> TestResu
         (
             "inserted",
             "INSERT INTO events SELECT 1000, stream, 1000, randomblob(16), kind, schema, recorded_at, actor, \
-             correlation_id, causation_id, payload, hash, hash FROM events WHERE position = 1",
+             correlation_id, causation_id, payload, hash, hash, stream_key FROM events WHERE position = 1",
         ),
     ];
     for (name, sql) in tampers {

@@ -286,6 +286,7 @@ fn a_version_3_store_migrates_to_checkpoints_and_the_correlation_index() -> Test
     {
         // As a v3 file looks: no checkpoint table, no index.
         let tamperer = temp.tamperer()?;
+        tamperer.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
         tamperer.execute_batch(
             "DROP TRIGGER consumer_checkpoints_move_forward; DROP TABLE consumer_checkpoints; \
              DROP INDEX events_by_correlation; PRAGMA user_version = 3;",

@@ -223,6 +223,38 @@ pub fn open_tamperer(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
     Ok(connection)
 }
 
+/// SQL that turns a store file of the current schema into one as schema 4
+/// wrote it: `events` indexed by `UNIQUE(stream, version)`, no `streams`
+/// table. Migration tests start from it (and go further back from there).
+pub const AS_SCHEMA_4: &str = "
+    CREATE TABLE events_v4 (
+        position       INTEGER PRIMARY KEY,
+        stream         TEXT    NOT NULL,
+        version        INTEGER NOT NULL,
+        event_id       BLOB    NOT NULL UNIQUE,
+        kind           TEXT    NOT NULL,
+        schema         INTEGER NOT NULL,
+        recorded_at    INTEGER NOT NULL,
+        actor          TEXT    NOT NULL,
+        correlation_id BLOB,
+        causation_id   BLOB,
+        payload        BLOB    NOT NULL,
+        prev_hash      BLOB    NOT NULL,
+        hash           BLOB    NOT NULL,
+        UNIQUE (stream, version)
+    );
+    INSERT INTO events_v4 SELECT position, stream, version, event_id, kind, schema, recorded_at,
+        actor, correlation_id, causation_id, payload, prev_hash, hash FROM events ORDER BY position;
+    DROP TABLE events;
+    ALTER TABLE events_v4 RENAME TO events;
+    CREATE INDEX events_by_recorded_at ON events (recorded_at);
+    CREATE INDEX events_by_kind ON events (kind, position);
+    CREATE INDEX events_by_correlation ON events (correlation_id, position)
+        WHERE correlation_id IS NOT NULL;
+    DROP TABLE streams;
+    PRAGMA user_version = 4;
+";
+
 /// A fixed set of streams addressed by small indices, so strategies can pick
 /// streams without generating UUIDs (which would shrink towards one
 /// colliding value): index 0 is `system`, index `i >= 1` is session

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rusqlite::{Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use sandlog_core::{Envelope, NewEvent, StreamId, StreamVersion};
 
 use super::EventStore;
@@ -22,17 +22,31 @@ fn to_i64(value: u64, what: &str) -> Result<i64> {
 
 /// The statement that inserts one event row; [`insert_event`] binds it.
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (position, stream, version, event_id, kind, \
-     schema, recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+     schema, recorded_at, actor, correlation_id, causation_id, payload, prev_hash, hash, stream_key) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
-/// Inserts `envelope` (`stream` is its stream's text) with `insert`,
-/// prepared from [`INSERT_EVENT`]: every column as the envelope has it.
-/// The outer error is a position or version out of range; the inner one is
-/// the insert's own, for the caller to classify (a duplicate event id, a
-/// full disk).
+/// The key of `stream` (its text) in `streams`, given to it now if it has
+/// none: one more than the largest, so streams written together get
+/// neighbouring keys (see the module documentation of `sqlite`).
+pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
+    let mut select = connection.prepare_cached("SELECT key FROM streams WHERE stream = ?1")?;
+    if let Some(key) = select.query_row([stream], |row| row.get(0)).optional()? {
+        return Ok(key);
+    }
+    let mut insert =
+        connection.prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key")?;
+    Ok(insert.query_row([stream], |row| row.get(0))?)
+}
+
+/// Inserts `envelope` (`stream` is its stream's text, `key` the stream's
+/// [`stream_key`]) with `insert`, prepared from [`INSERT_EVENT`]: every
+/// column as the envelope has it. The outer error is a position or version
+/// out of range; the inner one is the insert's own, for the caller to
+/// classify (a duplicate event id, a full disk).
 pub(crate) fn insert_event(
     insert: &mut rusqlite::CachedStatement<'_>,
     stream: &str,
+    key: i64,
     envelope: &Envelope,
 ) -> Result<rusqlite::Result<usize>> {
     Ok(insert.execute(params![
@@ -55,6 +69,7 @@ pub(crate) fn insert_event(
         envelope.payload,
         envelope.prev_hash.0.as_slice(),
         envelope.hash.0.as_slice(),
+        key,
     ]))
 }
 
@@ -164,9 +179,10 @@ pub(crate) fn insert_batch(
     let recorded_at = batch_recorded_at(&head, store.clock.now());
     let envelopes = chain_batch(&head, stream, actual, recorded_at, events);
     {
+        let key = stream_key(transaction, &stream_text)?;
         let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
         for (envelope, event) in envelopes.iter().zip(events) {
-            let inserted = insert_event(&mut insert, &stream_text, envelope)?;
+            let inserted = insert_event(&mut insert, &stream_text, key, envelope)?;
             if let Err(error) = inserted {
                 return Err(map_insert_error(transaction, error, event)?);
             }

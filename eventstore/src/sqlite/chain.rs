@@ -112,6 +112,18 @@ impl EventStore {
                     if row.stored_prev != prev_hash {
                         return Err(broken(row.position, ChainProblem::PrevHashMismatch));
                     }
+                    // The key is outside the hash (checked after it, so an
+                    // edited stream is reported as the edit it is): a key
+                    // pointed at another stream would hand this event to
+                    // that stream's readers unnoticed.
+                    if !row.keyed {
+                        return Err(broken(
+                            row.position,
+                            ChainProblem::Malformed(
+                                "stream_key does not name the row's stream in streams".into(),
+                            ),
+                        ));
+                    }
                     if let Some(digest) = digest
                         && digest.position == row.position
                     {
@@ -189,6 +201,8 @@ struct RowCheck {
     position: Position,
     stored_prev: Hash,
     stored_hash: Hash,
+    /// Whether the row's `stream_key` names its stream in `streams`.
+    keyed: bool,
     end: usize,
 }
 
@@ -235,7 +249,8 @@ fn read_rows_into(
     let transaction = connection.unchecked_transaction()?;
     let mut statement = transaction.prepare(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
-         correlation_id, causation_id, payload, prev_hash, hash FROM events ORDER BY position",
+         correlation_id, causation_id, payload, prev_hash, hash, \
+         (SELECT stream FROM streams WHERE key = events.stream_key) FROM events ORDER BY position",
     )?;
     let mut rows = statement.query([])?;
     let mut expected = Position(1);
@@ -274,11 +289,14 @@ fn read_rows_into(
             causation_id: blob(row.get_ref(9)?, position, "causation_id")?,
             payload: blob(row.get_ref(10)?, position, "payload")?,
         };
+        let keyed =
+            matches!(row.get_ref(13)?, ValueRef::Text(keyed) if keyed == fields.stream.as_bytes());
         append_chain_input(&mut batch.bytes, &stored_prev, &fields);
         batch.rows.push(RowCheck {
             position,
             stored_prev,
             stored_hash,
+            keyed,
             end: batch.bytes.len(),
         });
         expected = expected.next();

@@ -6,7 +6,7 @@ use rusqlite::params;
 use sandlog_core::{Envelope, Position};
 
 use super::EventStore;
-use super::append::{INSERT_EVENT, insert_event};
+use super::append::{INSERT_EVENT, insert_event, stream_key};
 use super::rows::read_head;
 use crate::backend::Backend;
 use crate::error::{ChainProblem, EventStoreError, Result};
@@ -24,7 +24,9 @@ fn insert_verbatim(
 ) -> Result<()> {
     let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
     for envelope in envelopes {
-        insert_event(&mut insert, &envelope.stream.to_string(), envelope)??;
+        let stream = envelope.stream.to_string();
+        let key = stream_key(transaction, &stream)?;
+        insert_event(&mut insert, &stream, key, envelope)??;
     }
     let mut frontier = super::merkle::load_frontier(transaction, head.0)?;
     super::merkle::append_leaves(transaction, &mut frontier, envelopes)?;

@@ -8,10 +8,18 @@
 //!   SQL script per version and `open` applies the missing ones in a
 //!   transaction.
 //! * `events`: one row per event; `position` is the rowid, so reads by
-//!   position are B-tree walks. `UNIQUE(stream, version)` makes a second
-//!   writer with a stale version fail even if the version check raced.
-//!   Triggers refuse `UPDATE` and `DELETE`: the log is append-only to every
-//!   well-behaved client (a tamperer can drop them; `verify` is for that).
+//!   position are B-tree walks. `UNIQUE(stream_key, version)` makes a
+//!   second writer with a stale version fail even if the version check
+//!   raced, and finds a stream's events. Triggers refuse `UPDATE` and
+//!   `DELETE`: the log is append-only to every well-behaved client (a
+//!   tamperer can drop them; `verify` is for that).
+//! * `streams`: each stream's text and its `key`, assigned in the order
+//!   streams are first written. Events are indexed by that key, not by the
+//!   stream's text: session ids are random, so an index by text takes each
+//!   append at a random page and a commit touching a hundred sessions
+//!   rewrote a hundred pages of it, while sessions written together (made
+//!   together, pruned together by age) have neighbouring keys and share
+//!   pages. `verify` checks every row's key names the row's stream.
 //! * `blob_index`, `blob_chunks`: content addressed by blake3, compressed
 //!   in checked chunks (see [`crate::blobs`]).
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
@@ -54,7 +62,7 @@ use crate::error::{EventStoreError, Result};
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
@@ -172,6 +180,52 @@ pub const MIGRATIONS: &[&str] = &[
         BEFORE UPDATE OF position ON consumer_checkpoints
         WHEN NEW.position < OLD.position
     BEGIN SELECT RAISE(ABORT, 'sandlog: a consumer checkpoint only moves forward'); END;
+    "#,
+    // 4 → 5: events indexed by their stream's key, not its text (see the
+    // module documentation). The table is rebuilt, positions and every
+    // column unchanged: SQLite cannot drop a table's UNIQUE constraint.
+    // Keys are given in the order streams were first written.
+    r#"
+    CREATE TABLE streams (
+        key    INTEGER PRIMARY KEY,
+        stream TEXT    NOT NULL UNIQUE
+    );
+    CREATE TRIGGER streams_are_append_only_update BEFORE UPDATE ON streams
+    BEGIN SELECT RAISE(ABORT, 'sandlog: streams are append-only'); END;
+    CREATE TRIGGER streams_are_append_only_delete BEFORE DELETE ON streams
+    BEGIN SELECT RAISE(ABORT, 'sandlog: streams are append-only'); END;
+    INSERT INTO streams (stream)
+        SELECT stream FROM events GROUP BY stream ORDER BY min(position);
+    CREATE TABLE events_by_key (
+        position       INTEGER PRIMARY KEY,
+        stream         TEXT    NOT NULL,
+        version        INTEGER NOT NULL,
+        event_id       BLOB    NOT NULL UNIQUE,
+        kind           TEXT    NOT NULL,
+        schema         INTEGER NOT NULL,
+        recorded_at    INTEGER NOT NULL,
+        actor          TEXT    NOT NULL,
+        correlation_id BLOB,
+        causation_id   BLOB,
+        payload        BLOB    NOT NULL,
+        prev_hash      BLOB    NOT NULL,
+        hash           BLOB    NOT NULL,
+        stream_key     INTEGER NOT NULL,
+        UNIQUE (stream_key, version)
+    );
+    INSERT INTO events_by_key
+        SELECT events.*, streams.key FROM events JOIN streams USING (stream)
+        ORDER BY events.position;
+    DROP TABLE events;
+    ALTER TABLE events_by_key RENAME TO events;
+    CREATE INDEX events_by_recorded_at ON events (recorded_at);
+    CREATE INDEX events_by_kind ON events (kind, position);
+    CREATE INDEX events_by_correlation ON events (correlation_id, position)
+        WHERE correlation_id IS NOT NULL;
+    CREATE TRIGGER events_are_append_only_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'sandlog: events are append-only'); END;
+    CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'sandlog: events are append-only'); END;
     "#,
 ];
 

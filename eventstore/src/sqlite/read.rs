@@ -169,7 +169,10 @@ impl EventStore {
         )];
         if let Some(stream) = filter.stream {
             params.push(rusqlite::types::Value::Text(stream.to_string()));
-            conditions.push(format!("stream = ?{}", params.len()));
+            conditions.push(format!(
+                "stream_key = (SELECT key FROM streams WHERE stream = ?{})",
+                params.len()
+            ));
         }
         if !filter.kinds.is_empty() {
             conditions.push(kind_condition(&filter.kinds, &mut params));

@@ -141,7 +141,8 @@ pub(crate) fn read_stream_version(
     stream: &str,
 ) -> Result<Option<StreamVersion>> {
     let mut statement = connection.prepare_cached(
-        "SELECT version FROM events WHERE stream = ?1 ORDER BY version DESC LIMIT 1",
+        "SELECT version FROM events WHERE stream_key = (SELECT key FROM streams WHERE stream = ?1) \
+         ORDER BY version DESC LIMIT 1",
     )?;
     let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional()?;
     Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
