@@ -1,8 +1,10 @@
 //! The hash chain of the SQLite file: `verify` walks the whole log once,
 //! in constant memory, and names the first bad position.
 
+use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
+use rusqlite::OptionalExtension;
 use rusqlite::types::ValueRef;
 use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::{Hash, Position, append_chain_input};
@@ -195,6 +197,10 @@ const VERIFY_BATCH_ROWS: usize = 1024;
 /// of either side, and with recycling the whole of `verify`'s memory.
 const VERIFY_BATCHES_IN_FLIGHT: usize = 4;
 
+/// Stream keys whose stream `verify`'s reader remembers (see
+/// `read_rows_into`); past it the memory is emptied and refilled.
+const VERIFY_KEYS_CACHED: usize = 4096;
+
 /// What the hashing side needs of one row; its chain input is
 /// `bytes[previous row's end..end]` of the batch.
 struct RowCheck {
@@ -249,9 +255,13 @@ fn read_rows_into(
     let transaction = connection.unchecked_transaction()?;
     let mut statement = transaction.prepare(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
-         correlation_id, causation_id, payload, prev_hash, hash, \
-         (SELECT stream FROM streams WHERE key = events.stream_key) FROM events ORDER BY position",
+         correlation_id, causation_id, payload, prev_hash, hash, stream_key FROM events ORDER BY position",
     )?;
+    let mut stream_of_key = transaction.prepare("SELECT stream FROM streams WHERE key = ?1")?;
+    // Keys seen lately and their streams' text: a stream's events sit
+    // close together in the log, so most rows need no lookup, and the
+    // memory stays bounded whatever the log holds.
+    let mut keys: HashMap<i64, Option<Box<[u8]>>> = HashMap::new();
     let mut rows = statement.query([])?;
     let mut expected = Position(1);
     while let Some(row) = rows.next()? {
@@ -289,8 +299,27 @@ fn read_rows_into(
             causation_id: blob(row.get_ref(9)?, position, "causation_id")?,
             payload: blob(row.get_ref(10)?, position, "payload")?,
         };
-        let keyed =
-            matches!(row.get_ref(13)?, ValueRef::Text(keyed) if keyed == fields.stream.as_bytes());
+        let keyed = match row.get_ref(13)? {
+            ValueRef::Integer(key) => {
+                if !keys.contains_key(&key) {
+                    if keys.len() >= VERIFY_KEYS_CACHED {
+                        keys.clear();
+                    }
+                    let stream = stream_of_key
+                        .query_row([key], |row| {
+                            Ok(match row.get_ref(0)? {
+                                ValueRef::Text(text) => Some(Box::<[u8]>::from(text)),
+                                _ => None,
+                            })
+                        })
+                        .optional()?
+                        .flatten();
+                    keys.insert(key, stream);
+                }
+                matches!(keys.get(&key), Some(Some(stream)) if **stream == *fields.stream.as_bytes())
+            }
+            _ => false,
+        };
         append_chain_input(&mut batch.bytes, &stored_prev, &fields);
         batch.rows.push(RowCheck {
             position,
