@@ -17,7 +17,9 @@
 //! is printed too: removing flushed sessions' file and directory one after
 //! another, the floor of any prune that removes them in turn. Most of it
 //! can be waiting on the device (with `discard`, freeing a block discards
-//! it synchronously), which removals in parallel overlap.
+//! it synchronously), which removals in parallel overlap. So is the floor
+//! of the real prune itself: its removals alone, on as many threads, with
+//! no log written.
 //!
 //! Run: `cargo bench -p sandlog-tests --bench lifecycle`. Sizes:
 //! `SANDLOG_BENCH_SESSIONS` (default 100000), `SANDLOG_BENCH_PRUNE`
@@ -33,6 +35,8 @@ use std::time::{Duration, Instant};
 use sandlog_core::event::{Event, FileWritten, SessionCreated, WrittenBy};
 use sandlog_core::{Hash, ManualClock, NewEvent, PrunePolicy, SessionId, Timestamp, WorkspacePath};
 use sandlog_eventstore::{Durability, ExpectedVersion};
+use sandlog_runtime::lifecycle::REMOVE_THREADS_MAX;
+use sandlog_runtime::workspace::remove_dir_tree;
 use sandlog_runtime::{Engine, EngineOptions, ReconcileOptions};
 use sandlog_tests::engine::RawLog;
 
@@ -94,6 +98,52 @@ fn removal_floor(count: usize) -> BenchResult<Duration> {
         std::fs::remove_dir(&session)?;
     }
     Ok(started.elapsed() / u32::try_from(count.max(1))?)
+}
+
+/// The same removals as a real prune without the log: lays out `count`
+/// sessions as `populate` does (a directory holding one 100-byte file, and
+/// a lease file), flushes them, and removes them with the prune's own
+/// removal on `threads` threads, with one fsync of each parent at the end.
+/// Returns the time it took. What a prune costs above it is the log.
+fn parallel_removal_floor(count: usize, threads: usize) -> BenchResult<Duration> {
+    let dir = tempfile::tempdir()?;
+    let (workspaces, leases) = (dir.path().join("workspaces"), dir.path().join("leases"));
+    std::fs::create_dir(&workspaces)?;
+    std::fs::create_dir(&leases)?;
+    for index in 0..count {
+        let session = workspaces.join(index.to_string());
+        std::fs::create_dir(&session)?;
+        std::fs::write(session.join("data.txt"), [b'x'; 100])?;
+        std::fs::write(leases.join(index.to_string()), b"")?;
+    }
+    settle_disk()?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| -> BenchResult<()> {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| -> std::io::Result<()> {
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if index >= count {
+                            return Ok(());
+                        }
+                        // The prune's own removal: by descriptor, the
+                        // directory freed after its parent's lock is let go.
+                        remove_dir_tree(&workspaces.join(index.to_string()))?;
+                        std::fs::remove_file(leases.join(index.to_string()))?;
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().map_err(|_| "a removal thread panicked")??;
+        }
+        Ok(())
+    })?;
+    std::fs::File::open(&workspaces)?.sync_all()?;
+    std::fs::File::open(&leases)?.sync_all()?;
+    Ok(started.elapsed())
 }
 
 /// A root with `sessions` sessions (each one 100-byte file, on disk when
@@ -475,6 +525,7 @@ fn main() -> BenchResult<()> {
     let reconcile = median(samples);
 
     let floor = removal_floor(2_000)?;
+    let parallel_floor = parallel_removal_floor(pruned, REMOVE_THREADS_MAX)?;
 
     println!();
     println!("| measurement | result | target |");
@@ -506,6 +557,11 @@ fn main() -> BenchResult<()> {
         "| floor: remove flushed sessions (a 100-byte file and its directory) one after another | {:.0} µs per session, {:.0} sessions/s | — |",
         floor.as_secs_f64() * 1e6,
         1.0 / floor.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| floor: the real prune's removals alone ({pruned} sessions, {REMOVE_THREADS_MAX} threads, no log) | {:.0} ms, {:.0} sessions/s | — |",
+        parallel_floor.as_secs_f64() * 1e3,
+        rate(pruned, parallel_floor)
     );
     println!(
         "| seed-style prune of the same sessions (read .metadata.json, compare, measure, remove_dir_all) | {:.0} ms, {:.0} sessions/s | — |",
