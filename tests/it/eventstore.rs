@@ -1875,13 +1875,8 @@ fn garbage_file_is_not_a_database_and_is_left_untouched() -> TestResult {
     Ok(())
 }
 
-/// Goal: a schema-4 file (events indexed by stream text) migrates to
-/// stream keys with nothing lost. Method: write three streams interleaved,
-/// turn the file into schema 4, reopen; each stream reads back the same
-/// events, keys follow first-write order, `verify` finds the same head,
-/// and appends still check versions.
-#[test]
-fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
+/// A store holding two events of session `a`; session `b` is not written.
+fn store_with_session_a() -> Result<(TempStore, StreamId, StreamId), EventStoreError> {
     let temp = temp_store()?;
     let (a, b) = (
         StreamId::Session(SessionId::new_v4()),
@@ -1890,6 +1885,18 @@ fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
     let event = || new_event("file.written", &json!({}));
     temp.store
         .append(a, ExpectedVersion::NoStream, &[event(), event()])?;
+    Ok((temp, a, b))
+}
+
+/// Goal: a schema-4 file (events indexed by stream text) migrates to
+/// stream keys with nothing lost. Method: write three streams interleaved,
+/// turn the file into schema 4, reopen; each stream reads back the same
+/// events, keys follow first-write order, `verify` finds the same head,
+/// and appends still check versions.
+#[test]
+fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
+    let (temp, a, b) = store_with_session_a()?;
+    let event = || new_event("file.written", &json!({}));
     temp.store
         .append(StreamId::System, ExpectedVersion::NoStream, &[event()])?;
     temp.store
@@ -1931,17 +1938,12 @@ fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
 
 /// Goal: a row whose `stream_key` names another stream (the key is outside
 /// the hash, and would hand the event to that stream's readers) is found
-/// by `verify` at its position. Method: point row 2's key at stream `b`'s key with plain SQL.
+/// by `verify` at its position. Method: point row 2's key at stream `b`'s
+/// key with plain SQL.
 #[test]
 fn a_stream_key_pointed_at_another_stream_fails_verify() -> TestResult {
-    let temp = temp_store()?;
-    let (a, b) = (
-        StreamId::Session(SessionId::new_v4()),
-        StreamId::Session(SessionId::new_v4()),
-    );
+    let (temp, a, b) = store_with_session_a()?;
     let event = || new_event("file.written", &json!({}));
-    temp.store
-        .append(a, ExpectedVersion::NoStream, &[event(), event()])?;
     temp.store
         .append(b, ExpectedVersion::NoStream, &[event()])?;
     temp.store.verify()?;
@@ -1949,6 +1951,9 @@ fn a_stream_key_pointed_at_another_stream_fails_verify() -> TestResult {
         "UPDATE events SET stream_key = (SELECT key FROM streams WHERE stream = ?1) WHERE position = 2",
         [b.to_string()],
     )?;
+    // What the edit does to readers: `a`'s second event now reads as `b`'s.
+    assert_eq!(temp.store.read_stream(a)?.len(), 1);
+    assert_eq!(temp.store.read_stream(b)?.len(), 2);
     let error = temp.store.verify().err();
     assert!(
         matches!(
