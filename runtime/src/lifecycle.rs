@@ -37,8 +37,7 @@ use uuid::Uuid;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
-use crate::removal::{RemovalPool, Ticket};
-use crate::workspace::fsync_dir;
+use crate::removal::{RemovalPool, Ticket, before_remove, sync_workspaces};
 
 /// The reason prune gives for a session it kept because another execution,
 /// write or delete held its lease.
@@ -281,24 +280,13 @@ impl Engine {
     /// returns the bytes it held.
     pub(crate) fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
         let path = self.layout.workspace(session_id);
-        if let Some(fault) = &self.options.fault {
-            fault
-                .before_remove(session_id, &path)
-                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
-        }
+        before_remove(self.options.fault.as_ref(), session_id, &path)?;
         // By directory handle: any tree a guest can build (deeper than
         // PATH_MAX, say) is measured and removed with O(1) descriptors.
         let bytes = crate::workspace::remove_dir_tree(&path)
             .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
-        self.sync_workspaces()?;
+        sync_workspaces(&self.layout)?;
         Ok(bytes)
-    }
-
-    fn sync_workspaces(&self) -> Result<()> {
-        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
-            "syncing {}",
-            self.layout.workspaces.display()
-        )))
     }
 
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes

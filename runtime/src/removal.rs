@@ -265,7 +265,7 @@ impl<'a> RemovalPool<'a> {
         let syncs = entry.syncs;
         drop(state);
         let synced = if syncs {
-            self.sync_workspaces()
+            sync_workspaces(self.layout)
         } else {
             Ok(())
         };
@@ -321,21 +321,33 @@ impl<'a> RemovalPool<'a> {
                 context: message.clone(),
                 source: std::io::Error::from(*kind),
             })?;
-        if let Some(fault) = self.fault {
-            fault
-                .before_remove(session_id, &path)
-                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
-        }
+        before_remove(self.fault, session_id, &path)?;
         // By directory handle: any tree a guest can build (deeper than
         // PATH_MAX, say) is measured and removed with O(1) descriptors.
         crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
             .map_err(RuntimeError::io(format!("removing {}", path.display())))
     }
+}
 
-    fn sync_workspaces(&self) -> Result<()> {
-        fsync_dir(&self.layout.workspaces).map_err(RuntimeError::io(format!(
-            "syncing {}",
-            self.layout.workspaces.display()
-        )))
+/// The fault injector's hook before a workspace at `path` is removed (a
+/// no-op without one): what every workspace removal runs first.
+pub(crate) fn before_remove(
+    fault: Option<&crate::fault::SharedFaultInjector>,
+    session_id: SessionId,
+    path: &Path,
+) -> Result<()> {
+    match fault {
+        Some(fault) => fault
+            .before_remove(session_id, path)
+            .map_err(RuntimeError::io(format!("removing {}", path.display()))),
+        None => Ok(()),
     }
+}
+
+/// fsyncs `workspaces/`, so the removals in it are durable.
+pub(crate) fn sync_workspaces(layout: &Layout) -> Result<()> {
+    fsync_dir(&layout.workspaces).map_err(RuntimeError::io(format!(
+        "syncing {}",
+        layout.workspaces.display()
+    )))
 }
