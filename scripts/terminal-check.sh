@@ -1,15 +1,20 @@
 #!/bin/sh
 # Shows, in a real terminal driven by tmux, what a person sees: the
-# first-run compile note and the progress bar appear on a terminal, and
-# neither appears when the output is piped.
+# first-run compile note, the progress bar and the note that an old root's
+# log is being upgraded appear on a terminal, and none of them appears
+# when the output is piped.
 #
-# Usage: scripts/terminal-check.sh SANDLOG_BINARY QUICKJS_WASM
+# Usage: scripts/terminal-check.sh SANDLOG_BINARY QUICKJS_WASM OLD_ROOT OLD_ROOT
+# (two roots whose logs need an upgrade: one opened on the terminal, one
+# piped).
 # Prints the captured terminal output of both runs and exits non-zero
 # naming what was missing or unexpected. cli/tests/terminal.rs runs it.
 set -eu
 
 binary=$1
 quickjs=$2
+old_terminal=$3
+old_piped=$4
 command -v tmux >/dev/null || { echo "tmux is not installed (apt-get install tmux)" >&2; exit 2; }
 
 work=$(mktemp -d)
@@ -63,6 +68,7 @@ terminal_log="$work/terminal.log"
 tmux -L "$socket" pipe-pane -t check -o "cat >> '$terminal_log'"
 run_in_terminal "$terminal_log" 1 "$env_line '$binary' --root '$work/a' init"
 run_in_terminal "$terminal_log" 2 "$env_line '$binary' --root '$work/a' adopt '$work/seeds-terminal'"
+run_in_terminal "$terminal_log" 5 "$env_line '$binary' --root '$old_terminal' stats"
 tmux -L "$socket" pipe-pane -t check
 
 piped_log="$work/piped.log"
@@ -70,6 +76,7 @@ piped_log="$work/piped.log"
 tmux -L "$socket" pipe-pane -t check -o "cat >> '$piped_log'"
 run_in_terminal "$piped_log" 3 "SANDLOG_CACHE_DIR='$work/cache2' $env_line '$binary' --root '$work/b' init 2>&1 | cat"
 run_in_terminal "$piped_log" 4 "$env_line '$binary' --root '$work/b' adopt '$work/seeds-piped' 2>&1 | cat"
+run_in_terminal "$piped_log" 6 "$env_line '$binary' --root '$old_piped' stats 2>&1 | cat"
 tmux -L "$socket" pipe-pane -t check
 
 # The caches really were cold for the piped run too.
@@ -99,9 +106,14 @@ expect "$terminal_log" "compiling quickjs.wasm"
 expect "$terminal_log" "adopting"
 expect "$terminal_log" "/400"
 refuse "$terminal_log" " 0/0"
+expect "$terminal_log" "upgrading the log"
+expect "$terminal_log" "log upgraded to schema"
 expect "$piped_log" "initialised"
 expect "$piped_log" "adopted"
 refuse "$piped_log" "compiling quickjs.wasm"
 refuse "$piped_log" "adopting "
 refuse "$piped_log" "/400"
+expect "$piped_log" "sessions pruned"
+refuse "$piped_log" "upgrading the log"
+refuse "$piped_log" "log upgraded"
 exit $failed

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sandlog_runtime::core::human::format_size;
+use sandlog_runtime::eventstore::{MigrationEvent, MigrationObserver};
 use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -84,6 +85,30 @@ impl Output {
                     ));
                 }
                 _ => {}
+            })
+        })
+    }
+
+    /// Says on stderr why opening an old root takes long: the log's schema
+    /// is being upgraded, and other commands on the root wait for it (a
+    /// terminal only, with `notices`).
+    pub fn migration_observer(&self) -> Option<MigrationObserver> {
+        self.notices.then(|| {
+            MigrationObserver::new(|event| match event {
+                MigrationEvent::Started {
+                    path,
+                    from,
+                    to,
+                    events,
+                } => {
+                    crate::exit::stderr_line(&migration_started_note(path, from, to, events));
+                }
+                MigrationEvent::Finished { to, elapsed, .. } => {
+                    crate::exit::stderr_line(&format!(
+                        "sandlog: log upgraded to schema {to} in {:.1} s",
+                        elapsed.as_secs_f64()
+                    ));
+                }
             })
         })
     }
@@ -278,6 +303,23 @@ fn compile_started_note(path: &Path, wasm_bytes: u64) -> String {
          usually about {seconds} s, longer on a busy machine…",
         crate::render::escape_for_terminal(&module_name(path)),
         format_size(wasm_bytes),
+    )
+}
+
+/// What the slowest schema upgrade (one that rewrites the events table)
+/// usually costs per million events on an idle machine with an SSD.
+const MIGRATE_MS_PER_MILLION_EVENTS: u64 = 30_000;
+
+/// The note printed before a schema upgrade: what, how long, and who waits.
+fn migration_started_note(path: &Path, from: i64, to: i64, events: u64) -> String {
+    let seconds = events
+        .saturating_mul(MIGRATE_MS_PER_MILLION_EVENTS)
+        .div_ceil(1_000_000_000)
+        .max(1);
+    format!(
+        "sandlog: upgrading the log {} from schema {from} to {to} ({events} events), once: \
+         usually at most about {seconds} s; other sandlog commands on this root wait for it…",
+        crate::render::escape_for_terminal(&path.display().to_string()),
     )
 }
 

@@ -106,6 +106,22 @@ pub enum EventStoreError {
         /// The newest this build supports.
         supported: i64,
     },
+    /// The file needs upgrading to this build's schema, but another
+    /// process held the write lock for the whole busy timeout, most likely
+    /// upgrading it (which takes long on a large log). Retryable.
+    #[error(
+        "{path} needs upgrading from schema {from} to {to}, but another process held it \
+         for the whole busy timeout, most likely upgrading it (about half a minute per \
+         million events); retry when that process has finished"
+    )]
+    UpgradeBusy {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        from: i64,
+        /// This build's.
+        to: i64,
+    },
     /// The chain is broken at `position`: the first bad event. The log was
     /// tampered with or damaged; treat everything from there as untrusted.
     #[error("integrity failure at position {position}: {problem}")]
@@ -256,6 +272,7 @@ impl EventStoreError {
             Self::NotADatabase { .. } => "not_a_database",
             Self::ForeignDatabase { .. } => "foreign_database",
             Self::SchemaTooNew { .. } => "schema_too_new",
+            Self::UpgradeBusy { .. } => "busy",
             Self::ChainBroken { .. } => "integrity",
             Self::Corrupt { .. } => "corrupt",
             Self::BlobCorrupt { .. } => "integrity",
@@ -284,6 +301,7 @@ impl EventStoreError {
         match self {
             // The bytes changed while being stored: read them again.
             Self::VersionConflict { .. } | Self::BlobHashMismatch { .. } => ErrorClass::Conflict,
+            Self::UpgradeBusy { .. } => ErrorClass::Conflict,
             Self::EventIdReused { .. } | Self::InvalidBatch(_) | Self::Merkle(_) => {
                 ErrorClass::BadInput
             }
@@ -313,6 +331,7 @@ impl EventStoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Sqlite(error) => error.is_busy(),
+            Self::UpgradeBusy { .. } => true,
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::is_retryable(error),
             _ => false,

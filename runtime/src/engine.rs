@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
-use sandlog_eventstore::{Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::{
+    Durability, EventStore, EventStoreError, ExpectedVersion, MigrationObserver, OpenOptions,
+};
 use sandlog_projections::query::{self, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
 
@@ -61,6 +63,10 @@ pub struct EngineOptions {
     /// precompiled artifact), so a front end can say why this execution
     /// takes seconds.
     pub on_compile: Option<CompileObserver>,
+    /// Told before and after opening upgrades the log's schema (an
+    /// existing root from an older sandlog), so a front end can say why
+    /// this open takes long and holds other processes back.
+    pub on_migrate: Option<MigrationObserver>,
     /// Finish pending prune/delete intents on open (the applier's first
     /// step). On by default.
     pub finish_intents_on_open: bool,
@@ -95,6 +101,7 @@ impl Default for EngineOptions {
             guest_env: Vec::new(),
             cache_dir: None,
             on_compile: None,
+            on_migrate: None,
             finish_intents_on_open: true,
             fault: None,
             store: None,
@@ -309,7 +316,8 @@ impl Engine {
         create_dir(&layout.workspaces)?;
         let mut open_options = OpenOptions::default()
             .clock(options.clock.clone())
-            .durability(options.durability);
+            .durability(options.durability)
+            .on_migrate(options.on_migrate.clone());
         open_options.create = false;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
@@ -378,7 +386,8 @@ impl Engine {
         }
         let open_options = OpenOptions::default()
             .clock(options.clock.clone())
-            .durability(options.durability);
+            .durability(options.durability)
+            .on_migrate(options.on_migrate.clone());
         let mut store = EventStore::open(&layout.database, open_options)?;
         sandlog_projections::install(&mut store)?;
         let copied = store.replicate_from(shared.as_ref())?;

@@ -29,7 +29,8 @@ use sandlog_core::{
 };
 use sandlog_eventstore::{
     APPLICATION_ID, AppendHook, ChainProblem, Digest, Durability, EventStore, EventStoreError,
-    ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION,
+    ExpectedVersion, LogFilter, MigrationEvent, MigrationObserver, OpenOptions, PAGE_EVENTS,
+    SCHEMA_VERSION,
 };
 use sandlog_tests::{
     StreamPool, TEST_EPOCH, TempStore, check_log_shape, envelopes, new_event, new_event_bytes,
@@ -1933,6 +1934,105 @@ fn a_version_4_store_migrates_to_stream_keys() -> TestResult {
         .append(b, ExpectedVersion::Exact(StreamVersion(1)), &[event()])?;
     assert_eq!(appended.first().map(|e| e.version), Some(StreamVersion(2)));
     assert_eq!(temp.store.read_stream(b)?.len(), 2);
+    Ok(())
+}
+
+/// Goal: opening an existing file that needs upgrading says so before
+/// and after, with the log's length (what the time grows with); creating a
+/// blank file and opening a current one say nothing. Method: turn a
+/// three-event file into schema 4 and open it with an observer that
+/// records what it is told; open it again; open a new file.
+#[test]
+fn an_upgrade_is_announced_with_the_logs_length() -> TestResult {
+    let (temp, _, _) = store_with_session_a()?;
+    temp.store.append(
+        StreamId::System,
+        ExpectedVersion::NoStream,
+        &[new_event("file.written", &json!({}))],
+    )?;
+    temp.tamperer()?.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let observer = {
+        let told = Arc::clone(&told);
+        MigrationObserver::new(move |event| {
+            let line = match event {
+                MigrationEvent::Started {
+                    from, to, events, ..
+                } => {
+                    format!("started {from}->{to} {events}")
+                }
+                MigrationEvent::Finished { from, to, .. } => format!("finished {from}->{to}"),
+            };
+            if let Ok(mut told) = told.lock() {
+                told.push(line);
+            }
+        })
+    };
+    let open = |path: &std::path::Path| {
+        EventStore::open(
+            path,
+            OpenOptions::default().on_migrate(Some(observer.clone())),
+        )
+    };
+    let upgraded = open(&temp.path())?;
+    assert_eq!(upgraded.head()?.position, Position(3));
+    drop(upgraded);
+    let _current = open(&temp.path())?;
+    let _created = open(&temp.dir().join("new.db"))?;
+    let told = told.lock().map_err(|_| "observer lock poisoned")?.clone();
+    assert_eq!(
+        told,
+        [
+            format!("started 4->{SCHEMA_VERSION} 3"),
+            format!("finished 4->{SCHEMA_VERSION}")
+        ]
+    );
+    Ok(())
+}
+
+/// Goal: a process that finds the file needing an upgrade while another
+/// holds the write lock past the busy timeout (most likely upgrading it)
+/// is told that, retryably, not "database is locked"; the file is left
+/// for the holder. Method: a schema-4 file, a plain connection holding
+/// `BEGIN IMMEDIATE`, an open with a 200 ms busy timeout; then the holder
+/// lets go and the open succeeds.
+#[test]
+fn an_upgrade_held_up_by_another_writer_says_so() -> TestResult {
+    let (temp, a, _) = store_with_session_a()?;
+    temp.tamperer()?.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
+    let path = temp.path();
+    drop(temp.store);
+    let holder = Connection::open(&path)?;
+    holder.execute_batch("BEGIN IMMEDIATE")?;
+    let options = || OpenOptions {
+        busy_timeout: std::time::Duration::from_millis(200),
+        ..OpenOptions::default()
+    };
+    let error = EventStore::open(&path, options()).err();
+    let Some(error) = error else {
+        return Err("the open succeeded while another connection held the write lock".into());
+    };
+    assert!(
+        matches!(
+            error,
+            EventStoreError::UpgradeBusy {
+                from: 4,
+                to: SCHEMA_VERSION,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_retryable());
+    assert_eq!(error.kind(), "busy");
+    let message = error.to_string();
+    assert!(
+        message.contains("from schema 4") && message.contains("retry"),
+        "{message}"
+    );
+    holder.execute_batch("ROLLBACK")?;
+    let store = EventStore::open(&path, options())?;
+    assert_eq!(store.read_stream(a)?.len(), 2);
     Ok(())
 }
 

@@ -261,6 +261,8 @@ pub struct OpenOptions {
     pub busy_timeout: Duration,
     /// Create the file if it does not exist.
     pub create: bool,
+    /// Told when opening upgrades an existing file's schema.
+    pub on_migrate: Option<MigrationObserver>,
 }
 
 impl Default for OpenOptions {
@@ -270,6 +272,7 @@ impl Default for OpenOptions {
             clock: Arc::new(SystemClock),
             busy_timeout: BUSY_TIMEOUT_DEFAULT,
             create: true,
+            on_migrate: None,
         }
     }
 }
@@ -285,6 +288,65 @@ impl OpenOptions {
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
+    }
+
+    /// Sets who is told about schema upgrades.
+    pub fn on_migrate(mut self, observer: Option<MigrationObserver>) -> Self {
+        self.on_migrate = observer;
+        self
+    }
+}
+
+/// What opening a store tells its [`MigrationObserver`]: an existing file
+/// is being brought to this build's schema. Creating a blank file and
+/// opening a current one say nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum MigrationEvent<'a> {
+    /// The upgrade starts. It runs in one transaction holding the write
+    /// lock, so other processes opening or appending wait for it (up to
+    /// their busy timeout); its time grows with `events`.
+    Started {
+        /// The file.
+        path: &'a Path,
+        /// Its schema version.
+        from: i64,
+        /// This build's.
+        to: i64,
+        /// Events in the log.
+        events: u64,
+    },
+    /// The upgrade is committed.
+    Finished {
+        /// The file.
+        path: &'a Path,
+        /// The schema version it had.
+        from: i64,
+        /// The one it has now.
+        to: i64,
+        /// How long the upgrade took.
+        elapsed: Duration,
+    },
+}
+
+/// Told about schema upgrades, so that a command whose open takes long can
+/// say why. Called on the opening thread. Cheap to clone.
+#[derive(Clone)]
+pub struct MigrationObserver(Arc<dyn Fn(MigrationEvent<'_>) + Send + Sync>);
+
+impl MigrationObserver {
+    /// Wraps `observer`.
+    pub fn new(observer: impl Fn(MigrationEvent<'_>) + Send + Sync + 'static) -> Self {
+        MigrationObserver(Arc::new(observer))
+    }
+
+    fn notify(&self, event: MigrationEvent<'_>) {
+        (self.0)(event);
+    }
+}
+
+impl std::fmt::Debug for MigrationObserver {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("MigrationObserver")
     }
 }
 
@@ -376,7 +438,11 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
 }
 
 /// Checks the file's identity and brings its schema up to date.
-fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
+fn prepare_schema(
+    connection: &mut Connection,
+    path: &Path,
+    observer: Option<&MigrationObserver>,
+) -> Result<()> {
     let read_identity = |connection: &Connection| -> Result<(i64, i64, i64)> {
         let application_id: i64 = connection
             .query_row("PRAGMA application_id", [], |row| row.get(0))
@@ -425,11 +491,42 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
     if !check(identity)? {
         return Ok(());
     }
-    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let transaction = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(transaction) => transaction,
+        // An existing file that needs upgrading, and a writer that kept
+        // the lock for the whole busy timeout: most likely another
+        // process upgrading it. Say so rather than "database is locked".
+        Err(error)
+            if identity.1 > 0
+                && error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) =>
+        {
+            return Err(EventStoreError::UpgradeBusy {
+                path: path.to_owned(),
+                from: identity.1,
+                to: SCHEMA_VERSION,
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
     // Another process may have created or migrated it while we waited.
     let identity = read_identity(&transaction)?;
+    let mut announced = None;
     if check(identity)? {
         let from = identity.1;
+        if let Some(observer) = observer.filter(|_| from > 0) {
+            let events: i64 = transaction.query_row(
+                "SELECT coalesce(max(position), 0) FROM events",
+                [],
+                |row| row.get(0),
+            )?;
+            observer.notify(MigrationEvent::Started {
+                path,
+                from,
+                to: SCHEMA_VERSION,
+                events: u64::try_from(events).unwrap_or(0),
+            });
+            announced = Some((observer, from, std::time::Instant::now()));
+        }
         for (version, script) in MIGRATIONS
             .iter()
             .enumerate()
@@ -454,6 +551,14 @@ fn prepare_schema(connection: &mut Connection, path: &Path) -> Result<()> {
         ))?;
     }
     transaction.commit()?;
+    if let Some((observer, from, started)) = announced {
+        observer.notify(MigrationEvent::Finished {
+            path,
+            from,
+            to: SCHEMA_VERSION,
+            elapsed: started.elapsed(),
+        });
+    }
     Ok(())
 }
 
@@ -474,7 +579,7 @@ impl EventStore {
         let mut writer = open_connection(path, &options, options.create)?;
         // Identity and schema before configuration: a foreign file is
         // refused before anything (even WAL mode) is written to it.
-        prepare_schema(&mut writer, path)?;
+        prepare_schema(&mut writer, path, options.on_migrate.as_ref())?;
         configure(&writer, path, &options)?;
         let reader = open_connection(path, &options, false)?;
         configure(&reader, path, &options)?;
