@@ -23,9 +23,20 @@ fn insert_verbatim(
     envelopes: &[Envelope],
 ) -> Result<()> {
     let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
+    // Each stream's key is looked up (or made) once per batch: a batch of
+    // a session's run holds many events of one stream. Bounded by the
+    // batch's length.
+    let mut keys = std::collections::HashMap::new();
     for envelope in envelopes {
         let stream = envelope.stream.to_string();
-        let key = stream_key(transaction, &stream)?;
+        let key = match keys.get(&stream) {
+            Some(key) => *key,
+            None => {
+                let key = stream_key(transaction, &stream)?;
+                keys.insert(stream.clone(), key);
+                key
+            }
+        };
         insert_event(&mut insert, &stream, key, envelope)??;
     }
     let mut frontier = super::merkle::load_frontier(transaction, head.0)?;
