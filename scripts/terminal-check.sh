@@ -1,8 +1,8 @@
 #!/bin/sh
 # Shows, in a real terminal driven by tmux, what a person sees: the
-# first-run compile note, the progress bar and the note that an old root's
-# log is being upgraded appear on a terminal, and none of them appears
-# when the output is piped.
+# first-run compile note, the progress bar and the notes that an old
+# root's log is being upgraded (schema, read models) appear on a terminal,
+# and none of them appears when the output is piped.
 #
 # Usage: scripts/terminal-check.sh SANDLOG_BINARY QUICKJS_WASM OLD_ROOT OLD_ROOT
 # (two roots whose logs need an upgrade: one opened on the terminal, one
@@ -108,6 +108,9 @@ expect "$terminal_log" "/400"
 refuse "$terminal_log" " 0/0"
 expect "$terminal_log" "upgrading the log"
 expect "$terminal_log" "log upgraded to schema"
+expect "$terminal_log" "rebuilding the read models"
+expect "$terminal_log" "read models rebuilt"
+refuse "$terminal_log" "version 0 to"
 expect "$piped_log" "initialised"
 expect "$piped_log" "adopted"
 refuse "$piped_log" "compiling quickjs.wasm"
@@ -116,4 +119,5 @@ refuse "$piped_log" "/400"
 expect "$piped_log" "sessions pruned"
 refuse "$piped_log" "upgrading the log"
 refuse "$piped_log" "log upgraded"
+refuse "$piped_log" "read models"
 exit $failed

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sandlog_runtime::core::human::format_size;
-use sandlog_runtime::eventstore::{MigrationEvent, MigrationObserver};
+use sandlog_runtime::eventstore::{Upgrade, UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -89,23 +89,30 @@ impl Output {
         })
     }
 
-    /// Says on stderr why opening an old root takes long: the log's schema
-    /// is being upgraded, and other commands on the root wait for it (a
-    /// terminal only, with `notices`).
-    pub fn migration_observer(&self) -> Option<MigrationObserver> {
+    /// Says on stderr why opening an old root takes long: its log is being
+    /// upgraded, and other commands on the root wait for it (a terminal
+    /// only, with `notices`).
+    pub fn upgrade_observer(&self) -> Option<UpgradeObserver> {
         self.notices.then(|| {
-            MigrationObserver::new(|event| match event {
-                MigrationEvent::Started {
+            UpgradeObserver::new(|event| match event {
+                UpgradeEvent::Started {
                     path,
-                    from,
-                    to,
+                    upgrade,
                     events,
                 } => {
-                    crate::exit::stderr_line(&migration_started_note(path, from, to, events));
+                    crate::exit::stderr_line(&upgrade_started_note(path, upgrade, events));
                 }
-                MigrationEvent::Finished { to, elapsed, .. } => {
+                UpgradeEvent::Finished {
+                    upgrade, elapsed, ..
+                } => {
+                    let what = match upgrade {
+                        Upgrade::Schema { to, .. } => format!("log upgraded to schema {to}"),
+                        Upgrade::ReadModels { to, .. } => {
+                            format!("read models rebuilt (version {to})")
+                        }
+                    };
                     crate::exit::stderr_line(&format!(
-                        "sandlog: log upgraded to schema {to} in {:.1} s",
+                        "sandlog: {what} in {:.1} s",
                         elapsed.as_secs_f64()
                     ));
                 }
@@ -310,16 +317,28 @@ fn compile_started_note(path: &Path, wasm_bytes: u64) -> String {
 /// usually costs per million events on an idle machine with an SSD.
 const MIGRATE_MS_PER_MILLION_EVENTS: u64 = 30_000;
 
-/// The note printed before a schema upgrade: what, how long, and who waits.
-fn migration_started_note(path: &Path, from: i64, to: i64, events: u64) -> String {
-    let seconds = events
-        .saturating_mul(MIGRATE_MS_PER_MILLION_EVENTS)
-        .div_ceil(1_000_000_000)
-        .max(1);
+/// What rebuilding the read models usually costs per million events on an
+/// idle machine with two cores (the `projections` bench's rebuild rate).
+const REBUILD_MS_PER_MILLION_EVENTS: u64 = 12_000;
+
+/// The note printed before an upgrade: what, how long, and who waits.
+fn upgrade_started_note(path: &Path, upgrade: Upgrade, events: u64) -> String {
+    let shown = path.display().to_string();
+    let path = crate::render::escape_for_terminal(&shown);
+    let (what, cost) = match upgrade {
+        Upgrade::Schema { from, to } => (
+            format!("upgrading the log {path} from schema {from} to {to}"),
+            MIGRATE_MS_PER_MILLION_EVENTS,
+        ),
+        Upgrade::ReadModels { from, to } => (
+            format!("rebuilding the read models of {path} (version {from} to {to}) from the log"),
+            REBUILD_MS_PER_MILLION_EVENTS,
+        ),
+    };
+    let seconds = events.saturating_mul(cost).div_ceil(1_000_000_000).max(1);
     format!(
-        "sandlog: upgrading the log {} from schema {from} to {to} ({events} events), once: \
-         usually at most about {seconds} s; other sandlog commands on this root wait for it…",
-        crate::render::escape_for_terminal(&path.display().to_string()),
+        "sandlog: {what} ({events} events), once: usually at most about {seconds} s; \
+         other sandlog commands on this root wait for it…"
     )
 }
 

@@ -8,8 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// A root with a few sessions whose log is turned back into schema 4, as
-/// an older sandlog left it.
+/// A root with a few sessions whose log is turned back into schema 4 and
+/// whose read models into the version before this build's, as an older
+/// sandlog left it.
 fn old_root(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     use sandlog_runtime::{Engine, EngineOptions};
     Engine::init(path)?;
@@ -20,6 +21,10 @@ fn old_root(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     drop(engine);
     let tamperer = sandlog_tests::open_tamperer(&path.join("sandlog.db"))?;
     tamperer.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
+    tamperer.execute(
+        "UPDATE rm_checkpoint SET model_version = model_version - 1",
+        [],
+    )?;
     Ok(())
 }
 

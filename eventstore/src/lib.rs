@@ -63,7 +63,7 @@ pub use sqlite::subscribe::{
 };
 pub use sqlite::write::Write;
 pub use sqlite::{
-    APPLICATION_ID, AppendHook, Durability, EventStore, MigrationEvent, MigrationObserver,
-    OpenOptions, SCHEMA_VERSION, SqliteError,
+    APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqliteError,
+    Upgrade, UpgradeEvent, UpgradeObserver,
 };
 pub use types::{ExpectedVersion, Head};

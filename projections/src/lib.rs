@@ -28,7 +28,8 @@ pub use sqlite::read_model;
 pub use error::{ProjectionError, Result};
 pub use query::{FileView, PrunePlan, SeedMetadata, SessionSummary, StoreStats, TreeNode};
 pub use read_model::{
-    CatchUpReport, READ_MODEL_VERSION, catch_up, checkpoint_position, install, rebuild,
+    CatchUpReport, READ_MODEL_VERSION, catch_up, checkpoint_position, install, install_observed,
+    rebuild,
 };
 pub use replay::Cut;
 pub use state::{CleanupStats, FileEntry, SessionState, SessionStatus, State, apply};

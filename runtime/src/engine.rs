@@ -16,7 +16,7 @@ use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
 use sandlog_eventstore::{
-    Durability, EventStore, EventStoreError, ExpectedVersion, MigrationObserver, OpenOptions,
+    Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions, UpgradeObserver,
 };
 use sandlog_projections::query::{self, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
@@ -63,10 +63,11 @@ pub struct EngineOptions {
     /// precompiled artifact), so a front end can say why this execution
     /// takes seconds.
     pub on_compile: Option<CompileObserver>,
-    /// Told before and after opening upgrades the log's schema (an
-    /// existing root from an older sandlog), so a front end can say why
-    /// this open takes long and holds other processes back.
-    pub on_migrate: Option<MigrationObserver>,
+    /// Told before and after opening upgrades the log (its schema, or a
+    /// rebuild of its read models) of a root an older sandlog made, so a
+    /// front end can say why this open takes long and holds other
+    /// processes back.
+    pub on_upgrade: Option<UpgradeObserver>,
     /// Finish pending prune/delete intents on open (the applier's first
     /// step). On by default.
     pub finish_intents_on_open: bool,
@@ -101,7 +102,7 @@ impl Default for EngineOptions {
             guest_env: Vec::new(),
             cache_dir: None,
             on_compile: None,
-            on_migrate: None,
+            on_upgrade: None,
             finish_intents_on_open: true,
             fault: None,
             store: None,
@@ -317,11 +318,12 @@ impl Engine {
         let mut open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability)
-            .on_migrate(options.on_migrate.clone());
+            .on_upgrade(options.on_upgrade.clone());
         open_options.create = false;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
-        let report = sandlog_projections::install(&mut store)?;
+        let report =
+            sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
         if report.events > 0 {
             tracing::info!(
                 events = report.events,
@@ -387,9 +389,9 @@ impl Engine {
         let open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability)
-            .on_migrate(options.on_migrate.clone());
+            .on_upgrade(options.on_upgrade.clone());
         let mut store = EventStore::open(&layout.database, open_options)?;
-        sandlog_projections::install(&mut store)?;
+        sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
         let copied = store.replicate_from(shared.as_ref())?;
         if copied > 0 {
             tracing::info!(copied, "this node's replica copied the shared log");

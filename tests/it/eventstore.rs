@@ -29,8 +29,8 @@ use sandlog_core::{
 };
 use sandlog_eventstore::{
     APPLICATION_ID, AppendHook, ChainProblem, Digest, Durability, EventStore, EventStoreError,
-    ExpectedVersion, LogFilter, MigrationEvent, MigrationObserver, OpenOptions, PAGE_EVENTS,
-    SCHEMA_VERSION,
+    ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION, Upgrade, UpgradeEvent,
+    UpgradeObserver,
 };
 use sandlog_tests::{
     StreamPool, TEST_EPOCH, TempStore, check_log_shape, envelopes, new_event, new_event_bytes,
@@ -1954,14 +1954,18 @@ fn an_upgrade_is_announced_with_the_logs_length() -> TestResult {
     let told = Arc::new(std::sync::Mutex::new(Vec::new()));
     let observer = {
         let told = Arc::clone(&told);
-        MigrationObserver::new(move |event| {
+        UpgradeObserver::new(move |event| {
             let line = match event {
-                MigrationEvent::Started {
-                    from, to, events, ..
-                } => {
-                    format!("started {from}->{to} {events}")
-                }
-                MigrationEvent::Finished { from, to, .. } => format!("finished {from}->{to}"),
+                UpgradeEvent::Started {
+                    upgrade: Upgrade::Schema { from, to },
+                    events,
+                    ..
+                } => format!("started {from}->{to} {events}"),
+                UpgradeEvent::Finished {
+                    upgrade: Upgrade::Schema { from, to },
+                    ..
+                } => format!("finished {from}->{to}"),
+                other => format!("unexpected {other:?}"),
             };
             if let Ok(mut told) = told.lock() {
                 told.push(line);
@@ -1971,7 +1975,7 @@ fn an_upgrade_is_announced_with_the_logs_length() -> TestResult {
     let open = |path: &std::path::Path| {
         EventStore::open(
             path,
-            OpenOptions::default().on_migrate(Some(observer.clone())),
+            OpenOptions::default().on_upgrade(Some(observer.clone())),
         )
     };
     let upgraded = open(&temp.path())?;

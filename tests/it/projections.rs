@@ -19,7 +19,8 @@ use sandlog_projections::prune::{self, ActiveSession, LEGACY_SKIP_REASON, Select
 use sandlog_projections::query::{self, FileView, TreeNode};
 use sandlog_projections::replay::{self, Cut};
 use sandlog_projections::{
-    CatchUpReport, ProjectionError, SessionStatus, State, checkpoint_position, rebuild,
+    CatchUpReport, ProjectionError, READ_MODEL_VERSION, SessionStatus, State, checkpoint_position,
+    rebuild,
 };
 use sandlog_tests::events::{
     DAY, HISTORY_SESSIONS, HOUR, ProjectionStore, Step, T0, TestResult, UNKNOWN_KIND, adopted,
@@ -1203,6 +1204,64 @@ fn read_model_behind_the_log_catches_up_on_install() -> TestResult {
             rebuilt: false,
         })
     );
+    assert_read_model_matches_fold(&harness)?;
+    Ok(())
+}
+
+/// Goal: a rebuild of the read models of a log that has events (their
+/// version changed) is announced before and after, with the log's length:
+/// it holds the write lock for as long as it takes. Method: mark the read
+/// models as one version older with plain SQL, reopen the file with
+/// `install_observed`; the tables equal the fold afterwards. A second
+/// install, with nothing to rebuild, says nothing.
+#[test]
+fn a_read_model_rebuild_is_announced() -> TestResult {
+    use sandlog_eventstore::{EventStore, OpenOptions, Upgrade, UpgradeEvent, UpgradeObserver};
+    let harness = ProjectionStore::new(true)?;
+    let appended = mixed_history(&harness)?;
+    let path = harness.path();
+    sandlog_tests::open_tamperer(&path)?.execute(
+        "UPDATE rm_checkpoint SET model_version = ?1",
+        [READ_MODEL_VERSION - 1],
+    )?;
+    let (harness, _) = harness.reopen(false)?;
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let observer = {
+        let told = std::sync::Arc::clone(&told);
+        UpgradeObserver::new(move |event| {
+            let line = match event {
+                UpgradeEvent::Started {
+                    upgrade: Upgrade::ReadModels { from, to },
+                    events,
+                    ..
+                } => format!("started {from}->{to} {events}"),
+                UpgradeEvent::Finished {
+                    upgrade: Upgrade::ReadModels { from, to },
+                    ..
+                } => format!("finished {from}->{to}"),
+                other => format!("unexpected {other:?}"),
+            };
+            if let Ok(mut told) = told.lock() {
+                told.push(line);
+            }
+        })
+    };
+    let mut store = EventStore::open(&path, OpenOptions::default())?;
+    let report = sandlog_projections::install_observed(&mut store, Some(&observer))?;
+    assert!(report.rebuilt);
+    let mut again = EventStore::open(&path, OpenOptions::default())?;
+    let report = sandlog_projections::install_observed(&mut again, Some(&observer))?;
+    assert!(!report.rebuilt);
+    let v = READ_MODEL_VERSION;
+    let told = told.lock().map_err(|_| "observer lock poisoned")?.clone();
+    assert_eq!(
+        told,
+        [
+            format!("started {}->{v} {appended}", v - 1),
+            format!("finished {}->{v}", v - 1)
+        ]
+    );
+    let (harness, _) = harness.reopen(true)?;
     assert_read_model_matches_fold(&harness)?;
     Ok(())
 }

@@ -151,7 +151,7 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
             node: output.node.clone(),
             create,
             on_compile: output.compile_observer(),
-            on_migrate: output.migration_observer(),
+            on_upgrade: output.upgrade_observer(),
             ..EngineOptions::default()
         },
     )?)

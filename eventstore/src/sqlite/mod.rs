@@ -262,7 +262,7 @@ pub struct OpenOptions {
     /// Create the file if it does not exist.
     pub create: bool,
     /// Told when opening upgrades an existing file's schema.
-    pub on_migrate: Option<MigrationObserver>,
+    pub on_upgrade: Option<UpgradeObserver>,
 }
 
 impl Default for OpenOptions {
@@ -272,7 +272,7 @@ impl Default for OpenOptions {
             clock: Arc::new(SystemClock),
             busy_timeout: BUSY_TIMEOUT_DEFAULT,
             create: true,
-            on_migrate: None,
+            on_upgrade: None,
         }
     }
 }
@@ -291,27 +291,44 @@ impl OpenOptions {
     }
 
     /// Sets who is told about schema upgrades.
-    pub fn on_migrate(mut self, observer: Option<MigrationObserver>) -> Self {
-        self.on_migrate = observer;
+    pub fn on_upgrade(mut self, observer: Option<UpgradeObserver>) -> Self {
+        self.on_upgrade = observer;
         self
     }
 }
 
-/// What opening a store tells its [`MigrationObserver`]: an existing file
-/// is being brought to this build's schema. Creating a blank file and
-/// opening a current one say nothing.
-#[derive(Debug, Clone, Copy)]
-pub enum MigrationEvent<'a> {
-    /// The upgrade starts. It runs in one transaction holding the write
-    /// lock, so other processes opening or appending wait for it (up to
-    /// their busy timeout); its time grows with `events`.
-    Started {
-        /// The file.
-        path: &'a Path,
+/// Long work an open does once after a sandlog upgrade, holding the write
+/// lock throughout (other processes opening or appending wait for it, up
+/// to their busy timeout); its time grows with the log's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upgrade {
+    /// The file's schema goes from one version to another.
+    Schema {
         /// Its schema version.
         from: i64,
         /// This build's.
         to: i64,
+    },
+    /// The read models kept in the file are rebuilt from the whole log
+    /// (their shape changed; see `sandlog_projections`).
+    ReadModels {
+        /// Their version.
+        from: i64,
+        /// This build's.
+        to: i64,
+    },
+}
+
+/// What opening a store tells its [`UpgradeObserver`]. Creating a blank
+/// file and opening a current one say nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum UpgradeEvent<'a> {
+    /// The upgrade starts.
+    Started {
+        /// The file.
+        path: &'a Path,
+        /// What is upgraded.
+        upgrade: Upgrade,
         /// Events in the log.
         events: u64,
     },
@@ -319,34 +336,33 @@ pub enum MigrationEvent<'a> {
     Finished {
         /// The file.
         path: &'a Path,
-        /// The schema version it had.
-        from: i64,
-        /// The one it has now.
-        to: i64,
-        /// How long the upgrade took.
+        /// What was upgraded.
+        upgrade: Upgrade,
+        /// How long it took.
         elapsed: Duration,
     },
 }
 
-/// Told about schema upgrades, so that a command whose open takes long can
-/// say why. Called on the opening thread. Cheap to clone.
+/// Told about upgrades, so that a command whose open takes long can say
+/// why. Called on the opening thread. Cheap to clone.
 #[derive(Clone)]
-pub struct MigrationObserver(Arc<dyn Fn(MigrationEvent<'_>) + Send + Sync>);
+pub struct UpgradeObserver(Arc<dyn Fn(UpgradeEvent<'_>) + Send + Sync>);
 
-impl MigrationObserver {
+impl UpgradeObserver {
     /// Wraps `observer`.
-    pub fn new(observer: impl Fn(MigrationEvent<'_>) + Send + Sync + 'static) -> Self {
-        MigrationObserver(Arc::new(observer))
+    pub fn new(observer: impl Fn(UpgradeEvent<'_>) + Send + Sync + 'static) -> Self {
+        UpgradeObserver(Arc::new(observer))
     }
 
-    fn notify(&self, event: MigrationEvent<'_>) {
+    /// Tells the observer.
+    pub fn notify(&self, event: UpgradeEvent<'_>) {
         (self.0)(event);
     }
 }
 
-impl std::fmt::Debug for MigrationObserver {
+impl std::fmt::Debug for UpgradeObserver {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("MigrationObserver")
+        formatter.write_str("UpgradeObserver")
     }
 }
 
@@ -441,7 +457,7 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
 fn prepare_schema(
     connection: &mut Connection,
     path: &Path,
-    observer: Option<&MigrationObserver>,
+    observer: Option<&UpgradeObserver>,
 ) -> Result<()> {
     let read_identity = |connection: &Connection| -> Result<(i64, i64, i64)> {
         let application_id: i64 = connection
@@ -519,10 +535,12 @@ fn prepare_schema(
                 [],
                 |row| row.get(0),
             )?;
-            observer.notify(MigrationEvent::Started {
+            observer.notify(UpgradeEvent::Started {
                 path,
-                from,
-                to: SCHEMA_VERSION,
+                upgrade: Upgrade::Schema {
+                    from,
+                    to: SCHEMA_VERSION,
+                },
                 events: u64::try_from(events).unwrap_or(0),
             });
             announced = Some((observer, from, std::time::Instant::now()));
@@ -552,10 +570,12 @@ fn prepare_schema(
     }
     transaction.commit()?;
     if let Some((observer, from, started)) = announced {
-        observer.notify(MigrationEvent::Finished {
+        observer.notify(UpgradeEvent::Finished {
             path,
-            from,
-            to: SCHEMA_VERSION,
+            upgrade: Upgrade::Schema {
+                from,
+                to: SCHEMA_VERSION,
+            },
             elapsed: started.elapsed(),
         });
     }
@@ -579,7 +599,7 @@ impl EventStore {
         let mut writer = open_connection(path, &options, options.create)?;
         // Identity and schema before configuration: a foreign file is
         // refused before anything (even WAL mode) is written to it.
-        prepare_schema(&mut writer, path, options.on_migrate.as_ref())?;
+        prepare_schema(&mut writer, path, options.on_upgrade.as_ref())?;
         configure(&writer, path, &options)?;
         let reader = open_connection(path, &options, false)?;
         configure(&reader, path, &options)?;

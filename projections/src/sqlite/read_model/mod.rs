@@ -28,10 +28,11 @@ mod rows;
 mod schema;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rusqlite::Connection;
 use sandlog_core::{Envelope, Position};
-use sandlog_eventstore::{AppendHook, EventStore};
+use sandlog_eventstore::{AppendHook, EventStore, Upgrade, UpgradeEvent, UpgradeObserver};
 
 use self::batch::Batch;
 use self::catch_up::{
@@ -98,6 +99,16 @@ fn is_current(found: Option<(Position, i64)>) -> bool {
 /// version changed), catches them up with the log, and installs the hook
 /// that keeps them in step with every later append.
 pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
+    install_observed(store, None)
+}
+
+/// [`install`], telling `observer` before and after read models of
+/// another version are rebuilt over a log that has events (the rebuild
+/// holds the write lock for as long as it takes).
+pub fn install_observed(
+    store: &mut EventStore,
+    observer: Option<&UpgradeObserver>,
+) -> Result<CatchUpReport> {
     let mut report = CatchUpReport::default();
     let found = store.with_reader(checkpoint)?;
     if !is_current(found) {
@@ -108,13 +119,45 @@ pub fn install(store: &mut EventStore) -> Result<CatchUpReport> {
                 "read model version changed; rebuilding"
             );
         }
+        // Announced only when tables of another version are replaced: a
+        // log that never had read models (a new root's first event) gets
+        // them without a word.
+        let upgrade = found.map(|(_, version)| Upgrade::ReadModels {
+            from: version,
+            to: READ_MODEL_VERSION,
+        });
+        let started = Instant::now();
+        let mut announced = false;
         // Checked again under the write lock: another process opening the
         // same store may have rebuilt it meanwhile.
-        if let Some(events) =
-            rebuild_unless(store, |connection| Ok(is_current(checkpoint(connection)?)))?
-        {
+        if let Some(events) = rebuild_unless(store, |connection| {
+            if is_current(checkpoint(connection)?) {
+                return Ok(true);
+            }
+            let events: i64 = connection.query_row(
+                "SELECT coalesce(max(position), 0) FROM events",
+                [],
+                |row| row.get(0),
+            )?;
+            if let (Some(observer), Some(upgrade)) = (observer.filter(|_| events > 0), upgrade) {
+                observer.notify(UpgradeEvent::Started {
+                    path: store.path(),
+                    upgrade,
+                    events: u64::try_from(events).unwrap_or(0),
+                });
+                announced = true;
+            }
+            Ok(false)
+        })? {
             report.rebuilt = true;
             report.events = events;
+            if let (Some(observer), Some(upgrade)) = (observer.filter(|_| announced), upgrade) {
+                observer.notify(UpgradeEvent::Finished {
+                    path: store.path(),
+                    upgrade,
+                    elapsed: started.elapsed(),
+                });
+            }
         }
     }
     report.events += catch_up(store)?;
