@@ -29,8 +29,7 @@ use sandlog_core::{
 };
 use sandlog_eventstore::{
     APPLICATION_ID, AppendHook, ChainProblem, Digest, Durability, EventStore, EventStoreError,
-    ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION, Upgrade, UpgradeEvent,
-    UpgradeObserver,
+    ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION,
 };
 use sandlog_tests::{
     StreamPool, TEST_EPOCH, TempStore, check_log_shape, envelopes, new_event, new_event_bytes,
@@ -1951,27 +1950,7 @@ fn an_upgrade_is_announced_with_the_logs_length() -> TestResult {
         &[new_event("file.written", &json!({}))],
     )?;
     temp.tamperer()?.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
-    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let observer = {
-        let told = Arc::clone(&told);
-        UpgradeObserver::new(move |event| {
-            let line = match event {
-                UpgradeEvent::Started {
-                    upgrade: Upgrade::Schema { from, to },
-                    events,
-                    ..
-                } => format!("started {from}->{to} {events}"),
-                UpgradeEvent::Finished {
-                    upgrade: Upgrade::Schema { from, to },
-                    ..
-                } => format!("finished {from}->{to}"),
-                other => format!("unexpected {other:?}"),
-            };
-            if let Ok(mut told) = told.lock() {
-                told.push(line);
-            }
-        })
-    };
+    let (observer, told) = sandlog_tests::upgrade_recorder();
     let open = |path: &std::path::Path| {
         EventStore::open(
             path,
@@ -1987,8 +1966,8 @@ fn an_upgrade_is_announced_with_the_logs_length() -> TestResult {
     assert_eq!(
         told,
         [
-            format!("started 4->{SCHEMA_VERSION} 3"),
-            format!("finished 4->{SCHEMA_VERSION}")
+            format!("started schema 4->{SCHEMA_VERSION} 3"),
+            format!("finished schema 4->{SCHEMA_VERSION}")
         ]
     );
     Ok(())

@@ -1216,7 +1216,7 @@ fn read_model_behind_the_log_catches_up_on_install() -> TestResult {
 /// install, with nothing to rebuild, says nothing.
 #[test]
 fn a_read_model_rebuild_is_announced() -> TestResult {
-    use sandlog_eventstore::{EventStore, OpenOptions, Upgrade, UpgradeEvent, UpgradeObserver};
+    use sandlog_eventstore::{EventStore, OpenOptions};
     let harness = ProjectionStore::new(true)?;
     let appended = mixed_history(&harness)?;
     let path = harness.path();
@@ -1225,27 +1225,7 @@ fn a_read_model_rebuild_is_announced() -> TestResult {
         [READ_MODEL_VERSION - 1],
     )?;
     let (harness, _) = harness.reopen(false)?;
-    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let observer = {
-        let told = std::sync::Arc::clone(&told);
-        UpgradeObserver::new(move |event| {
-            let line = match event {
-                UpgradeEvent::Started {
-                    upgrade: Upgrade::ReadModels { from, to },
-                    events,
-                    ..
-                } => format!("started {from}->{to} {events}"),
-                UpgradeEvent::Finished {
-                    upgrade: Upgrade::ReadModels { from, to },
-                    ..
-                } => format!("finished {from}->{to}"),
-                other => format!("unexpected {other:?}"),
-            };
-            if let Ok(mut told) = told.lock() {
-                told.push(line);
-            }
-        })
-    };
+    let (observer, told) = sandlog_tests::upgrade_recorder();
     let mut store = EventStore::open(&path, OpenOptions::default())?;
     let report = sandlog_projections::install_observed(&mut store, Some(&observer))?;
     assert!(report.rebuilt);
@@ -1257,8 +1237,8 @@ fn a_read_model_rebuild_is_announced() -> TestResult {
     assert_eq!(
         told,
         [
-            format!("started {}->{v} {appended}", v - 1),
-            format!("finished {}->{v}", v - 1)
+            format!("started read-models {}->{v} {appended}", v - 1),
+            format!("finished read-models {}->{v}", v - 1)
         ]
     );
     let (harness, _) = harness.reopen(true)?;

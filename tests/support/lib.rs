@@ -17,7 +17,9 @@ use sandlog_core::{
     Envelope, EventId, ManualClock, NewEvent, Position, SessionId, StreamId, StreamVersion,
     Timestamp,
 };
-use sandlog_eventstore::{Durability, EventStore, EventStoreError, OpenOptions};
+use sandlog_eventstore::{
+    Durability, EventStore, EventStoreError, OpenOptions, Upgrade, UpgradeEvent, UpgradeObserver,
+};
 
 /// The instant every test clock starts at (2023-11-14T22:13:20Z): fixed, so
 /// `recorded_at` values are reproducible.
@@ -221,6 +223,30 @@ pub fn open_tamperer(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
          DROP TRIGGER IF EXISTS events_are_append_only_delete;",
     )?;
     Ok(connection)
+}
+
+/// An observer that writes down what it is told about upgrades, one line
+/// each (`started schema 4->5 3`, `finished read-models 5->6`), and the
+/// lines so far.
+pub fn upgrade_recorder() -> (UpgradeObserver, Arc<std::sync::Mutex<Vec<String>>>) {
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let written = Arc::clone(&told);
+    let observer = UpgradeObserver::new(move |event| {
+        let what = |upgrade: Upgrade| match upgrade {
+            Upgrade::Schema { from, to } => format!("schema {from}->{to}"),
+            Upgrade::ReadModels { from, to } => format!("read-models {from}->{to}"),
+        };
+        let line = match event {
+            UpgradeEvent::Started {
+                upgrade, events, ..
+            } => format!("started {} {events}", what(upgrade)),
+            UpgradeEvent::Finished { upgrade, .. } => format!("finished {}", what(upgrade)),
+        };
+        if let Ok(mut lines) = written.lock() {
+            lines.push(line);
+        }
+    });
+    (observer, told)
 }
 
 /// SQL that turns a store file of the current schema into one as schema 4
