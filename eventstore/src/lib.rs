@@ -64,6 +64,6 @@ pub use sqlite::subscribe::{
 pub use sqlite::write::Write;
 pub use sqlite::{
     APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqliteError,
-    Upgrade, UpgradeEvent, UpgradeObserver,
+    Upgrade, UpgradeEvent, UpgradeObserver, UpgradeStarted,
 };
 pub use types::{ExpectedVersion, Head};

@@ -354,9 +354,45 @@ impl UpgradeObserver {
         UpgradeObserver(Arc::new(observer))
     }
 
-    /// Tells the observer.
-    pub fn notify(&self, event: UpgradeEvent<'_>) {
-        (self.0)(event);
+    /// Tells the observer that `upgrade` of the file at `path`, whose log
+    /// holds `events`, starts now; the handle tells it when it finished.
+    pub fn started<'a>(
+        &'a self,
+        path: &'a Path,
+        upgrade: Upgrade,
+        events: u64,
+    ) -> UpgradeStarted<'a> {
+        (self.0)(UpgradeEvent::Started {
+            path,
+            upgrade,
+            events,
+        });
+        UpgradeStarted {
+            observer: self,
+            path,
+            upgrade,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+/// An upgrade announced to an [`UpgradeObserver`] and not yet finished.
+#[derive(Debug)]
+pub struct UpgradeStarted<'a> {
+    observer: &'a UpgradeObserver,
+    path: &'a Path,
+    upgrade: Upgrade,
+    started: std::time::Instant,
+}
+
+impl UpgradeStarted<'_> {
+    /// Tells the observer the upgrade is committed, and how long it took.
+    pub fn finished(self) {
+        (self.observer.0)(UpgradeEvent::Finished {
+            path: self.path,
+            upgrade: self.upgrade,
+            elapsed: self.started.elapsed(),
+        });
     }
 }
 
@@ -530,20 +566,11 @@ fn prepare_schema(
     if check(identity)? {
         let from = identity.1;
         if let Some(observer) = observer.filter(|_| from > 0) {
-            let events: i64 = transaction.query_row(
-                "SELECT coalesce(max(position), 0) FROM events",
-                [],
-                |row| row.get(0),
-            )?;
-            observer.notify(UpgradeEvent::Started {
-                path,
-                upgrade: Upgrade::Schema {
-                    from,
-                    to: SCHEMA_VERSION,
-                },
-                events: u64::try_from(events).unwrap_or(0),
-            });
-            announced = Some((observer, from, std::time::Instant::now()));
+            let upgrade = Upgrade::Schema {
+                from,
+                to: SCHEMA_VERSION,
+            };
+            announced = Some(observer.started(path, upgrade, rows::log_length(&transaction)?));
         }
         for (version, script) in MIGRATIONS
             .iter()
@@ -569,15 +596,8 @@ fn prepare_schema(
         ))?;
     }
     transaction.commit()?;
-    if let Some((observer, from, started)) = announced {
-        observer.notify(UpgradeEvent::Finished {
-            path,
-            upgrade: Upgrade::Schema {
-                from,
-                to: SCHEMA_VERSION,
-            },
-            elapsed: started.elapsed(),
-        });
+    if let Some(announced) = announced {
+        announced.finished();
     }
     Ok(())
 }

@@ -102,6 +102,17 @@ pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
     })
 }
 
+/// The log's length (its last position; 0 when empty), read on
+/// `connection` in whatever transaction it is in. Reads the rowid only, so
+/// it works on every schema version and on rows that do not decode.
+pub fn log_length(connection: &rusqlite::Connection) -> Result<u64> {
+    let head: i64 =
+        connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
+            row.get(0)
+        })?;
+    Ok(u64::try_from(head).unwrap_or(0))
+}
+
 pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
     let mut statement = transaction.prepare_cached(
         "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",

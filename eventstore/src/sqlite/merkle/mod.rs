@@ -120,11 +120,7 @@ pub(crate) fn append_leaves(
 /// Folds the events after leaf `from` into the tree, in batches on the
 /// given connection (a migration's or a rebuild's transaction).
 pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
-    let head: i64 =
-        connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
-            row.get(0)
-        })?;
-    let head = u64::try_from(head).unwrap_or(0);
+    let head = crate::sqlite::rows::log_length(connection)?;
     let mut frontier = load_frontier(connection, from)?;
     let mut insert = connection
         .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;

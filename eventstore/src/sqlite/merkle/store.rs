@@ -1,7 +1,7 @@
 //! The [`EventStore`] methods over the stored tree: its head and roots,
 //! inclusion and consistency proofs, verification, checkpoints, rebuilding.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use sandlog_core::Position;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
 
@@ -12,21 +12,14 @@ use crate::merkle::{
     inclusion_index, missing_node,
 };
 use crate::sqlite::EventStore;
+use crate::sqlite::rows::log_length;
 
 impl EventStore {
-    fn tree_size(connection: &Connection) -> Result<u64> {
-        let head: i64 =
-            connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
-                row.get(0)
-            })?;
-        Ok(u64::try_from(head).unwrap_or(0))
-    }
-
     /// The tree's size (the log's length) and root, read in one snapshot.
     pub fn merkle_head(&self) -> Result<(u64, MerkleHash)> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        let size = Self::tree_size(&snapshot)?;
+        let size = log_length(&snapshot)?;
         let root = merkle::root(
             &StoredNodes {
                 connection: &snapshot,
@@ -40,7 +33,7 @@ impl EventStore {
     pub fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        let head = Self::tree_size(&snapshot)?;
+        let head = log_length(&snapshot)?;
         check_tree_size(size, head)?;
         merkle::root(
             &StoredNodes {
@@ -55,7 +48,7 @@ impl EventStore {
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        let index = inclusion_index(position, size, Self::tree_size(&snapshot)?)?;
+        let index = inclusion_index(position, size, log_length(&snapshot)?)?;
         merkle::inclusion_proof(
             &StoredNodes {
                 connection: &snapshot,
@@ -70,7 +63,7 @@ impl EventStore {
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
         let snapshot = connection.transaction()?;
-        check_consistency_sizes(old, new, Self::tree_size(&snapshot)?)?;
+        check_consistency_sizes(old, new, log_length(&snapshot)?)?;
         merkle::consistency_proof(
             &StoredNodes {
                 connection: &snapshot,
@@ -87,7 +80,7 @@ impl EventStore {
     pub fn verify_merkle(&self) -> Result<MerkleReport> {
         let connection = self.open_read_only_connection()?;
         let snapshot = connection.unchecked_transaction()?;
-        let size = Self::tree_size(&snapshot)?;
+        let size = log_length(&snapshot)?;
         let mut frontier = Frontier::new();
         let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position")?;
         let mut stored =

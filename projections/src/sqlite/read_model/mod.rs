@@ -28,11 +28,11 @@ mod rows;
 mod schema;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rusqlite::Connection;
 use sandlog_core::{Envelope, Position};
-use sandlog_eventstore::{AppendHook, EventStore, Upgrade, UpgradeEvent, UpgradeObserver};
+use sandlog_eventstore::sqlite::rows::log_length;
+use sandlog_eventstore::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 use self::batch::Batch;
 use self::catch_up::{
@@ -126,38 +126,27 @@ pub fn install_observed(
             from: version,
             to: READ_MODEL_VERSION,
         });
-        let started = Instant::now();
-        let mut announced = false;
+        let mut announced = None;
         // Checked again under the write lock: another process opening the
         // same store may have rebuilt it meanwhile.
         if let Some(events) = rebuild_unless(store, |connection| {
             if is_current(checkpoint(connection)?) {
                 return Ok(true);
             }
-            let events: i64 = connection.query_row(
-                "SELECT coalesce(max(position), 0) FROM events",
-                [],
-                |row| row.get(0),
-            )?;
-            if let (Some(observer), Some(upgrade)) = (observer.filter(|_| events > 0), upgrade) {
-                observer.notify(UpgradeEvent::Started {
-                    path: store.path(),
-                    upgrade,
-                    events: u64::try_from(events).unwrap_or(0),
-                });
-                announced = true;
+            if let (Some(observer), Some(upgrade)) = (observer, upgrade) {
+                let events = log_length(connection)?;
+                if events > 0 {
+                    announced = Some(observer.started(store.path(), upgrade, events));
+                }
             }
             Ok(false)
         })? {
             report.rebuilt = true;
             report.events = events;
-            if let (Some(observer), Some(upgrade)) = (observer.filter(|_| announced), upgrade) {
-                observer.notify(UpgradeEvent::Finished {
-                    path: store.path(),
-                    upgrade,
-                    elapsed: started.elapsed(),
-                });
-            }
+        }
+        // Announced only if rebuilt: the rebuild has committed by now.
+        if let Some(announced) = announced {
+            announced.finished();
         }
     }
     report.events += catch_up(store)?;
