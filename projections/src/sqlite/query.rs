@@ -196,6 +196,33 @@ pub(crate) fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId
     })
 }
 
+/// The held sessions that are active. Held sessions are few and the
+/// partial index `rm_sessions_held` lists them; `+status` keeps SQLite
+/// from walking every active session through `rm_sessions_by_age`
+/// instead (its choice without statistics), which made every prune plan
+/// read the whole table.
+const HELD_ACTIVE_SESSIONS: &str =
+    "SELECT session_id FROM rm_sessions WHERE held IS NOT NULL AND +status = 'active'";
+
+/// Active sessions a prune may take, oldest first (`?1`: the node, or
+/// NULL for all), from the covering index `rm_sessions_by_age` in its own
+/// order: no table lookups, no sort.
+const CANDIDATES: &str = "SELECT session_id, updated_at, bytes, version, NULL FROM rm_sessions \
+     WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
+     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id";
+
+/// [`CANDIDATES`] of one task group (`?2`), found through the group index
+/// (a group is a task's few sessions) and sorted; `+status` and `+legacy`
+/// keep SQLite from walking every active session through
+/// `rm_sessions_by_age` instead.
+const GROUP_CANDIDATES: &str = "SELECT session_id, updated_at, bytes, version, group_name FROM rm_sessions \
+     WHERE group_name = ?2 AND +status = 'active' AND +legacy = 0 AND updated_at IS NOT NULL \
+     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id";
+
+/// Active legacy sessions, which a prune skips and names.
+const LEGACY_ACTIVE_SESSIONS: &str =
+    "SELECT session_id FROM rm_sessions WHERE status = 'active' AND legacy = 1 ORDER BY session_id";
+
 /// Prune candidates for `policy` at `now` (P1, P6). Walks the covering
 /// index oldest first and stops as soon as the planner is done.
 pub fn prune_candidates(
@@ -243,11 +270,8 @@ pub fn prune_candidates(
         };
         let mut planner = PrunePlanner::new(policy.clone(), now, active_sessions, active_bytes);
         let mut skipped = Vec::new();
-        // Held sessions are few; the partial index lists them.
         let held: std::collections::BTreeSet<SessionId> = {
-            let mut statement = connection.prepare_cached(
-                "SELECT session_id FROM rm_sessions WHERE held IS NOT NULL AND status = 'active'",
-            )?;
+            let mut statement = connection.prepare_cached(HELD_ACTIVE_SESSIONS)?;
             let mut rows = statement.query([])?;
             let mut held = std::collections::BTreeSet::new();
             while let Some(row) = rows.next()? {
@@ -257,16 +281,8 @@ pub fn prune_candidates(
         };
         {
             let mut statement = connection.prepare_cached(match group {
-                None => {
-                    "SELECT session_id, updated_at, bytes, version, NULL FROM rm_sessions \
-                     WHERE status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
-                     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id"
-                }
-                Some(_) => {
-                    "SELECT session_id, updated_at, bytes, version, group_name FROM rm_sessions \
-                     WHERE group_name = ?2 AND status = 'active' AND legacy = 0 AND updated_at IS NOT NULL \
-                     AND (?1 IS NULL OR node IS NULL OR node = ?1) ORDER BY updated_at, session_id"
-                }
+                None => CANDIDATES,
+                Some(_) => GROUP_CANDIDATES,
             })?;
             let mut rows = match group {
                 None => statement.query(params![node])?,
@@ -281,7 +297,10 @@ pub fn prune_candidates(
                     version: StreamVersion(u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0)),
                 };
                 if held.contains(&session_id) {
-                    skipped.push(SkippedSession { session_id, reason: HELD_SKIP_REASON.to_owned() });
+                    skipped.push(SkippedSession {
+                        session_id,
+                        reason: HELD_SKIP_REASON.to_owned(),
+                    });
                     continue;
                 }
                 if !planner.offer(session) {
@@ -291,16 +310,24 @@ pub fn prune_candidates(
         }
         // Legacy sessions belong to no group: a group's run skips none.
         if group.is_some() {
-            return Ok(PrunePlan { candidates: planner.finish(), skipped });
+            return Ok(PrunePlan {
+                candidates: planner.finish(),
+                skipped,
+            });
         }
-        let mut statement = connection
-            .prepare_cached("SELECT session_id FROM rm_sessions WHERE status = 'active' AND legacy = 1 ORDER BY session_id")?;
+        let mut statement = connection.prepare_cached(LEGACY_ACTIVE_SESSIONS)?;
         let mut rows = statement.query(params![])?;
         while let Some(row) = rows.next()? {
             let session_id = session_id_column(row, 0)?;
-            skipped.push(SkippedSession { session_id, reason: LEGACY_SKIP_REASON.to_owned() });
+            skipped.push(SkippedSession {
+                session_id,
+                reason: LEGACY_SKIP_REASON.to_owned(),
+            });
         }
-        Ok(PrunePlan { candidates: planner.finish(), skipped })
+        Ok(PrunePlan {
+            candidates: planner.finish(),
+            skipped,
+        })
     })
 }
 
@@ -347,4 +374,58 @@ pub fn all_sessions_with_files(store: &EventStore) -> Result<BTreeMap<SessionId,
         }
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How SQLite runs `sql` against fresh read-model tables in a file
+    /// (an in-memory database is planned differently): the detail of
+    /// every step of its plan.
+    fn plan(sql: &str) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        let directory = tempfile::tempdir()?;
+        let connection = rusqlite::Connection::open(directory.path().join("plan.db"))?;
+        crate::sqlite::read_model::reset_tables(&connection)?;
+        let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+        let unbound = vec![rusqlite::types::Null; statement.parameter_count()];
+        let steps = statement
+            .query_map(rusqlite::params_from_iter(unbound), |row| {
+                row.get::<_, String>(3)
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(steps)
+    }
+
+    /// Goal: planning a prune reads the held sessions, the candidates and
+    /// the legacy sessions through their indexes, never every row of
+    /// `rm_sessions`. Method: the query plan of each statement on the real
+    /// schema. (The held sessions were once read by walking every active
+    /// session, which alone took longer than the whole plan may.)
+    #[test]
+    fn prune_planning_reads_only_through_its_indexes() -> Result<(), Box<dyn std::error::Error>> {
+        let held = plan(HELD_ACTIVE_SESSIONS)?;
+        assert_eq!(
+            held,
+            ["SCAN rm_sessions USING INDEX rm_sessions_held"],
+            "{held:?}"
+        );
+        let candidates = plan(CANDIDATES)?;
+        assert_eq!(candidates.len(), 1, "{candidates:?}");
+        assert!(
+            candidates[0].starts_with("SEARCH rm_sessions USING COVERING INDEX rm_sessions_by_age"),
+            "{candidates:?}"
+        );
+        let group = plan(GROUP_CANDIDATES)?;
+        assert!(
+            group[0].starts_with("SEARCH rm_sessions USING INDEX rm_sessions_by_group"),
+            "{group:?}"
+        );
+        let legacy = plan(LEGACY_ACTIVE_SESSIONS)?;
+        assert!(
+            legacy[0].starts_with("SEARCH rm_sessions USING COVERING INDEX rm_sessions_by_age"),
+            "{legacy:?}"
+        );
+        Ok(())
+    }
 }

@@ -47,6 +47,8 @@ pub(crate) use rows::{
     decode_readonly, load_active_totals, load_file, load_files, load_session, load_stats,
 };
 pub use schema::READ_MODEL_VERSION;
+#[cfg(test)]
+pub(crate) use schema::reset as reset_tables;
 
 /// The hook that keeps the read models in step with every append.
 #[derive(Debug, Default, Clone, Copy)]

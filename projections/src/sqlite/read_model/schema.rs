@@ -135,7 +135,7 @@ pub(super) fn checkpoint(connection: &Connection) -> Result<Option<(Position, i6
     Ok(row.map(|(position, version)| (Position(to_u64(position)), version)))
 }
 
-pub(super) fn reset(connection: &Connection) -> Result<()> {
+pub(crate) fn reset(connection: &Connection) -> Result<()> {
     connection.execute_batch(DROP)?;
     connection.execute_batch(SCHEMA)?;
     connection.execute(
