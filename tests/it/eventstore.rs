@@ -2897,3 +2897,25 @@ fn sqlite_is_built_without_global_page_cache_and_allocation_locks() -> TestResul
     );
     Ok(())
 }
+
+/// Goal: a statement's journal inside a long write transaction goes to a
+/// file past a small size, not to memory: a rebuild drops the old read
+/// models in one statement, and with its journal in memory the rebuild's
+/// peak memory grew with their size (the `projections` bench prints the
+/// peak at two log lengths). Queries on the reader still sort in memory.
+/// Method: the `temp_store` setting of both connections of a real store
+/// (1 is FILE, 2 is MEMORY).
+#[test]
+fn the_writer_spills_statement_journals_to_a_file() -> TestResult {
+    let temp = temp_store()?;
+    let writer: i64 =
+        temp.store
+            .with_write_transaction(|transaction| -> Result<i64, EventStoreError> {
+                Ok(transaction.query_row("PRAGMA temp_store", [], |row| row.get(0))?)
+            })?;
+    let reader: i64 = temp.store.with_reader(|connection| {
+        connection.query_row("PRAGMA temp_store", [], |row| row.get(0))
+    })?;
+    assert_eq!((writer, reader), (1, 2));
+    Ok(())
+}

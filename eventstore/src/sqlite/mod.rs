@@ -483,7 +483,7 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
         Durability::Normal => "NORMAL",
     };
     connection.execute_batch(&format!(
-        "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; PRAGMA temp_store = MEMORY; \
+        "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; \
          PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES};"
     ))?;
     Ok(())
@@ -621,9 +621,19 @@ impl EventStore {
         // refused before anything (even WAL mode) is written to it.
         prepare_schema(&mut writer, path, options.on_upgrade.as_ref())?;
         configure(&writer, path, &options)?;
+        // The writer's temporary storage is a file: inside a transaction
+        // every statement keeps a journal of the pages it changes (to undo
+        // itself alone), held in memory under `temp_store = MEMORY`, so a
+        // rebuild dropping old read models of a million events peaked at
+        // their size (120 MiB) and memory grew with the log. In a file,
+        // SQLite spills such a journal past 64 KiB; the writer sorts
+        // nothing large.
+        writer.execute_batch("PRAGMA temp_store = FILE;")?;
         let reader = open_connection(path, &options, false)?;
         configure(&reader, path, &options)?;
-        reader.execute_batch("PRAGMA query_only = ON;")?;
+        // The reader's sorts (queries without an index for their order)
+        // stay in memory.
+        reader.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA query_only = ON;")?;
         Ok(EventStore {
             path: path.to_owned(),
             writer: Mutex::new(writer),
