@@ -699,6 +699,49 @@ fn unknown_event_kinds_are_skipped_by_fold_read_model_and_rebuild() -> TestResul
     Ok(())
 }
 
+/// Goal: a blob an event names stays referenced whether or not the fold
+/// knows the event's session: the session's references are found by its
+/// row, and a file written in a stream the fold has no session for (no
+/// `session.created`) is still found by its hash, so `gc` keeps its
+/// bytes. Both hold after a rebuild. Method: host writes in a created
+/// session and in a stream that was never created; the reference queries.
+#[test]
+fn blob_references_are_found_by_session_and_by_hash() -> TestResult {
+    use sandlog_projections::evidence;
+    let harness = ProjectionStore::new(true)?;
+    let known = harness.create_session()?;
+    harness.append_to(known, &[written(&path("a.txt")?, 3, WrittenBy::Host)])?;
+    let unknown = SessionId::new_v4();
+    harness.append_to(unknown, &[written(&path("b.txt")?, 4, WrittenBy::Host)])?;
+    for pass in ["inline", "rebuilt"] {
+        let refs = evidence::session_refs(&harness.store, known)?;
+        assert_eq!(refs.len(), 1, "{pass}");
+        assert_eq!(
+            (refs[0].hash, refs[0].session_id, refs[0].role.as_str()),
+            (hash_of("a.txt"), known, "file"),
+            "{pass}"
+        );
+        assert!(
+            evidence::session_refs(&harness.store, unknown)?.is_empty(),
+            "{pass}"
+        );
+        assert!(
+            evidence::is_referenced(&harness.store, &hash_of("b.txt"))?,
+            "{pass}"
+        );
+        let orphan = evidence::refs_to(&harness.store, &hash_of("b.txt"))?;
+        assert_eq!(orphan.len(), 1, "{pass}");
+        assert_eq!(orphan[0].session_id, unknown, "{pass}");
+        assert_eq!(
+            evidence::referenced_blobs(&harness.store)?.len(),
+            2,
+            "{pass}"
+        );
+        rebuild(&harness.store)?;
+    }
+    Ok(())
+}
+
 /// Goal: only sessions the log knows are ever candidates; directories that
 /// are not sessions (orphans, non-UUID names) show up only in the cleanup
 /// statistics (P5, C3). Method: record orphans and runs in the `system`

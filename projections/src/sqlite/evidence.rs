@@ -35,7 +35,8 @@ fn ref_from_row(row: &rusqlite::Row<'_>) -> Result<BlobRef> {
 pub fn session_refs(store: &EventStore, session_id: SessionId) -> Result<Vec<BlobRef>> {
     store.with_reader(|connection| {
         let mut statement = connection.prepare_cached(
-            "SELECT hash, session_id, position, role, path FROM rm_blob_refs WHERE session_id = ?1 ORDER BY position",
+            "SELECT hash, session_id, position, role, path FROM rm_blob_refs \
+             WHERE session_key = (SELECT session_key FROM rm_sessions WHERE session_id = ?1) ORDER BY position",
         )?;
         let mut rows = statement.query([session_id.to_string()])?;
         let mut refs = Vec::new();
@@ -78,7 +79,7 @@ pub fn expired_blobs(store: &EventStore, position: Position) -> Result<Vec<Hash>
             "SELECT refs.hash FROM rm_blob_refs AS refs \
              GROUP BY refs.hash HAVING max(refs.position) <= ?1 \
              AND NOT EXISTS (SELECT 1 FROM rm_blob_refs AS other JOIN rm_sessions AS held \
-                 ON held.session_id = other.session_id \
+                 ON held.session_key = other.session_key \
                  WHERE other.hash = refs.hash AND held.held IS NOT NULL) \
              ORDER BY refs.hash",
         )?;
@@ -97,7 +98,7 @@ pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(Sess
     store.with_reader(|connection| {
         let mut statement = connection.prepare_cached(
             "SELECT DISTINCT s.session_id, s.held FROM rm_blob_refs AS r JOIN rm_sessions AS s \
-             ON s.session_id = r.session_id WHERE r.hash = ?1 AND s.held IS NOT NULL ORDER BY s.session_id",
+             ON s.session_key = r.session_key WHERE r.hash = ?1 AND s.held IS NOT NULL ORDER BY s.session_id",
         )?;
         let mut rows = statement.query([hash.0.as_slice()])?;
         let mut held = Vec::new();

@@ -403,12 +403,20 @@ impl<'c> Batch<'c> {
         }
         if !self.refs.is_empty() {
             let mut insert_ref = connection.prepare_cached(
-                "INSERT INTO rm_blob_refs (hash, session_id, position, role, path) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO rm_blob_refs (hash, session_id, session_key, position, role, path) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             for blob in self.refs.drain(..) {
+                // Every referring session was loaded by its event, and a
+                // row written above if the fold knows it.
+                let key = self
+                    .loaded
+                    .get(&blob.session_id)
+                    .and_then(|loaded| loaded.key);
                 insert_ref.execute(params![
                     blob.hash.0.as_slice(),
                     blob.session_id.to_string(),
+                    key,
                     to_i64(blob.position.0),
                     blob.role,
                     blob.path.as_ref().map(WorkspacePath::as_str),

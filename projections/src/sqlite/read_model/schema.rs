@@ -17,7 +17,9 @@ use crate::error::Result;
 /// 5: sessions keep their task group, size limit and read-only
 /// directories (`group_name`, `max_size`, `readonly`).
 /// 6: sessions keep the node (host) their workspace lives on (`node`).
-pub const READ_MODEL_VERSION: i64 = 6;
+/// 7: blob references name their session's key too, and are indexed by
+/// it (`rm_blob_refs_by_session`).
+pub const READ_MODEL_VERSION: i64 = 7;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS rm_checkpoint (
@@ -73,15 +75,21 @@ CREATE TABLE IF NOT EXISTS rm_files (
 -- Which events name which blobs (only blobs whose bytes the event says
 -- were stored): what `gc` keeps, what `erase` removes, what a hold
 -- protects. `role` is code, stdout, stderr or file (with its path).
+-- `session_key` is the session's row (NULL for an event of a session the
+-- fold has no row for: still found by hash, so `gc` keeps its blob). The
+-- session index is by key, not by id: keys grow in first-written order, so
+-- a rebuild appends to it instead of inserting every reference at a
+-- random place of an index larger than the page cache.
 CREATE TABLE IF NOT EXISTS rm_blob_refs (
-    hash       BLOB    NOT NULL,
-    session_id TEXT    NOT NULL,
-    position   INTEGER NOT NULL,
-    role       TEXT    NOT NULL,
-    path       TEXT
+    hash        BLOB    NOT NULL,
+    session_id  TEXT    NOT NULL,
+    session_key INTEGER,
+    position    INTEGER NOT NULL,
+    role        TEXT    NOT NULL,
+    path        TEXT
 );
 CREATE INDEX IF NOT EXISTS rm_blob_refs_by_hash ON rm_blob_refs (hash, position);
-CREATE INDEX IF NOT EXISTS rm_blob_refs_by_session ON rm_blob_refs (session_id, position);
+CREATE INDEX IF NOT EXISTS rm_blob_refs_by_session ON rm_blob_refs (session_key, position);
 CREATE TABLE IF NOT EXISTS rm_stats (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     json TEXT NOT NULL
