@@ -21,6 +21,14 @@
 //! of the real prune itself: its removals alone, on as many threads, with
 //! no log written.
 //!
+//! Which file system the prunes run on decides most of their cost, so the
+//! bench prints it (type, mount options, and for ext4 whether it has a
+//! journal: without one, ext4 discards freed blocks in the freeing thread;
+//! with one, at the journal's commit). Every directory it times is made
+//! under `$TMPDIR`, so `TMPDIR=/mnt/other cargo bench ...` measures another
+//! file system; `scripts/prune-on-journalled-ext4.sh` does that on a
+//! loop-mounted journalled ext4 (needs root).
+//!
 //! Run: `cargo bench -p sandlog-tests --bench lifecycle`. Sizes:
 //! `SANDLOG_BENCH_SESSIONS` (default 100000), `SANDLOG_BENCH_PRUNE`
 //! (default 10000; half are old enough to prune), `SANDLOG_BENCH_ADOPT`
@@ -336,6 +344,61 @@ fn seed_prune(dir: &Path, threshold: Timestamp) -> BenchResult<usize> {
     Ok(removed)
 }
 
+/// The mount that holds `dir`, as `/proc/self/mountinfo` describes it:
+/// type, mount point, source and options; for ext4, whether it has a
+/// journal (a `/proc/fs/jbd2/<device>-*` entry). `None` off Linux or if
+/// the table cannot be read.
+fn file_system_of(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // Fields: id parent major:minor root mount-point options [optional…]
+    // - type source super-options. The longest mount point that is a
+    // prefix of `dir` holds it (escapes such as `\040` are left as is:
+    // a mount point with a space only fails to match).
+    let (mount_point, options, kind, source, super_options) = table
+        .lines()
+        .filter_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            let mut before = before.split(' ');
+            let mount_point = before.nth(4)?;
+            let options = before.next()?;
+            let mut after = after.split(' ');
+            let (kind, source, super_options) = (after.next()?, after.next()?, after.next()?);
+            dir.starts_with(mount_point).then_some((
+                mount_point,
+                options,
+                kind,
+                source,
+                super_options,
+            ))
+        })
+        .max_by_key(|(mount_point, ..)| mount_point.len())?;
+    let journal = if kind == "ext4" {
+        let device = Path::new(source)
+            .file_name()?
+            .to_string_lossy()
+            .into_owned();
+        let journalled = std::fs::read_dir("/proc/fs/jbd2").ok()?.any(|entry| {
+            entry.is_ok_and(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{device}-"))
+            })
+        });
+        if journalled {
+            ", journal"
+        } else {
+            ", no journal"
+        }
+    } else {
+        ""
+    };
+    Some(format!(
+        "{kind} at {mount_point} ({source}{journal}), {options}; {super_options}"
+    ))
+}
+
 fn main() -> BenchResult<()> {
     let sessions = env_size("SANDLOG_BENCH_SESSIONS", 100_000);
     let prune_sessions = env_size("SANDLOG_BENCH_PRUNE", 10_000);
@@ -527,9 +590,13 @@ fn main() -> BenchResult<()> {
     let floor = removal_floor(2_000)?;
     let parallel_floor = parallel_removal_floor(pruned, REMOVE_THREADS_MAX)?;
 
+    let file_system = file_system_of(&std::env::temp_dir())
+        .unwrap_or_else(|| "unknown (no /proc/self/mountinfo)".to_owned());
+
     println!();
     println!("| measurement | result | target |");
     println!("|---|---|---|");
+    println!("| file system of the timed prunes ($TMPDIR) | {file_system} | — |");
     println!(
         "| prune selection + dry run, {sessions} sessions ({candidates} candidates), median of 7 | {:.1} ms | ≤ 100 ms |",
         dry_run.as_secs_f64() * 1e3
