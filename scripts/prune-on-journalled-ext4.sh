@@ -12,8 +12,8 @@
 # on the device; with a journal the discards (if any) happen at the
 # journal's commit and a removal costs its metadata work only. The bench's
 # first table row names the file system it measured. Sizes as in `make
-# bench` unless SANDLOG_BENCH_* are set; the selection phase is made small
-# here (it does not touch the file system's removal path).
+# bench` unless SANDLOG_BENCH_* are set, except that the selection and
+# reconcile phases are made small here (neither removes anything).
 #
 # Needs root (mkfs, mount -o loop), mkfs.ext4 and a free loop device. The
 # file system is unmounted and the image removed on exit.
@@ -49,6 +49,5 @@ chmod 1777 "$mount_point"
 cd "$repo/tests"
 TMPDIR="$mount_point" \
     SANDLOG_BENCH_SESSIONS="${SANDLOG_BENCH_SESSIONS:-200}" \
-    SANDLOG_BENCH_ADOPT="${SANDLOG_BENCH_ADOPT:-2000}" \
     SANDLOG_BENCH_RECONCILE="${SANDLOG_BENCH_RECONCILE:-10}" \
     cargo bench -p sandlog-tests --bench lifecycle

@@ -346,8 +346,8 @@ fn seed_prune(dir: &Path, threshold: Timestamp) -> BenchResult<usize> {
 
 /// The mount that holds `dir`, as `/proc/self/mountinfo` describes it:
 /// type, mount point, source and options; for ext4, whether it has a
-/// journal (a `/proc/fs/jbd2/<device>-*` entry). `None` off Linux or if
-/// the table cannot be read.
+/// journal (a `/proc/fs/jbd2/<device>-*` entry). `None` off Linux, or
+/// if the table cannot be read or names no mount holding `dir`.
 fn file_system_of(dir: &Path) -> Option<String> {
     let dir = dir.canonicalize().ok()?;
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -374,16 +374,11 @@ fn file_system_of(dir: &Path) -> Option<String> {
         })
         .max_by_key(|(mount_point, ..)| mount_point.len())?;
     let journal = if kind == "ext4" {
-        let device = Path::new(source)
-            .file_name()?
-            .to_string_lossy()
-            .into_owned();
-        let journalled = std::fs::read_dir("/proc/fs/jbd2").ok()?.any(|entry| {
-            entry.is_ok_and(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{device}-"))
+        // No `/proc/fs/jbd2` at all: no journal is running anywhere.
+        let prefix = format!("{}-", Path::new(source).file_name()?.to_string_lossy());
+        let journalled = std::fs::read_dir("/proc/fs/jbd2").is_ok_and(|mut entries| {
+            entries.any(|entry| {
+                entry.is_ok_and(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
             })
         });
         if journalled {
@@ -591,7 +586,7 @@ fn main() -> BenchResult<()> {
     let parallel_floor = parallel_removal_floor(pruned, REMOVE_THREADS_MAX)?;
 
     let file_system = file_system_of(&std::env::temp_dir())
-        .unwrap_or_else(|| "unknown (no /proc/self/mountinfo)".to_owned());
+        .unwrap_or_else(|| "unknown (not found in /proc/self/mountinfo)".to_owned());
 
     println!();
     println!("| measurement | result | target |");
