@@ -71,6 +71,11 @@ pub struct EngineOptions {
     /// Finish pending prune/delete intents on open (the applier's first
     /// step). On by default.
     pub finish_intents_on_open: bool,
+    /// Sessions per prune batch; default (`None`): sized by the process's
+    /// descriptor limit ([`crate::lifecycle::prune_batch_sessions`]). Each
+    /// held session is an open lease file, and a run holds
+    /// [`crate::lifecycle::PRUNE_BATCHES_HELD`] batches at once.
+    pub prune_batch_sessions: Option<usize>,
     /// Failure injection for destructive steps (tests, chaos drills).
     pub fault: Option<crate::fault::SharedFaultInjector>,
     /// The node (host) this engine acts for, recorded on the sessions it
@@ -104,6 +109,7 @@ impl Default for EngineOptions {
             on_compile: None,
             on_upgrade: None,
             finish_intents_on_open: true,
+            prune_batch_sessions: None,
             fault: None,
             store: None,
             node: None,

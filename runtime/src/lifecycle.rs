@@ -133,12 +133,52 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Most sessions one prune batch destroys. A batch's intents are one
 /// append and its completions another (each shared with a neighbouring
-/// batch's), so the commits and one fsync of `workspaces/` are shared by
-/// the whole batch; its sessions' leases are held from the intents until
-/// their lease files are removed, one open file each. A run holds leases
-/// of at most four batches at once (see [`Engine::prune`]), so the bound
-/// keeps a prune well under the usual soft limit of 1,024 descriptors.
-pub const PRUNE_BATCH_SESSIONS: usize = 128;
+/// batch's), so the commits (each an fsync of the log) and the one fsync
+/// of `workspaces/` are shared by the whole batch: the bigger the batch,
+/// the fewer of them a run makes and the fewer pages it writes. Past this
+/// the log's part of a run no longer shrinks noticeably, and a run of a
+/// few thousand sessions would lose the overlap of one batch's removals
+/// with its neighbours' appends.
+pub const PRUNE_BATCH_SESSIONS_MAX: usize = 512;
+
+/// Fewest sessions one prune batch destroys, however few descriptors the
+/// process may open.
+pub const PRUNE_BATCH_SESSIONS_MIN: usize = 16;
+
+/// Batches whose leases a prune run holds at once (see [`Engine::prune`]):
+/// one being recorded, one being removed, one whose lease files are being
+/// removed, and the one just taken. Each held session's lease is one open
+/// file.
+pub const PRUNE_BATCHES_HELD: usize = 4;
+
+/// The part of the process's open-descriptor limit a prune's leases may
+/// take: half. The other half is left to the embedding application,
+/// SQLite's files and the removal threads (a few descriptors each).
+const PRUNE_DESCRIPTOR_SHARE: u64 = 2;
+
+/// The batch size of a prune run in a process that may open `limit`
+/// descriptors (`None`: unlimited): [`PRUNE_BATCHES_HELD`] batches take at
+/// most half the limit, within [`PRUNE_BATCH_SESSIONS_MIN`] and
+/// [`PRUNE_BATCH_SESSIONS_MAX`]. With the usual soft limit of 1,024 a
+/// batch is 128 sessions; from 4,096 on it is the maximum.
+pub fn prune_batch_sessions_for(limit: Option<u64>) -> usize {
+    let Some(limit) = limit else {
+        return PRUNE_BATCH_SESSIONS_MAX;
+    };
+    let per_batch = limit / PRUNE_DESCRIPTOR_SHARE / PRUNE_BATCHES_HELD as u64;
+    usize::try_from(per_batch)
+        .unwrap_or(usize::MAX)
+        .clamp(PRUNE_BATCH_SESSIONS_MIN, PRUNE_BATCH_SESSIONS_MAX)
+}
+
+/// The batch size of a prune run in this process, by its current (soft)
+/// limit of open descriptors: see [`prune_batch_sessions_for`].
+/// [`EngineOptions::prune_batch_sessions`](crate::EngineOptions) overrides
+/// it.
+pub fn prune_batch_sessions() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    prune_batch_sessions_for(limit.current)
+}
 
 /// Most threads doing one step of a batch's filesystem work at once
 /// (taking leases, removing workspaces, removing lease files, preparing
@@ -292,7 +332,9 @@ impl Engine {
     /// Prunes by policy (P1–P7). With `dry_run`, appends nothing, deletes
     /// nothing, and lists exactly the sessions a real run would delete now.
     ///
-    /// A real run works in batches of up to [`PRUNE_BATCH_SESSIONS`]:
+    /// A real run works in batches (of
+    /// [`EngineOptions::prune_batch_sessions`](crate::EngineOptions), by
+    /// default [`prune_batch_sessions`]):
     /// it takes each session's lock and exclusive lease (a busy session is
     /// skipped), appends every intent in one transaction (each expecting
     /// the version the candidate was read at), removes the directories in
@@ -380,6 +422,11 @@ impl Engine {
             let done = done.fetch_add(1, Ordering::Relaxed) + 1;
             progress(done.min(total), total);
         };
+        let batch_sessions = self
+            .options
+            .prune_batch_sessions
+            .unwrap_or_else(prune_batch_sessions)
+            .max(1);
         let locks: Vec<_> = plan
             .candidates
             .iter()
@@ -387,8 +434,8 @@ impl Engine {
             .collect();
         let batches: Vec<_> = plan
             .candidates
-            .chunks(PRUNE_BATCH_SESSIONS)
-            .zip(locks.chunks(PRUNE_BATCH_SESSIONS))
+            .chunks(batch_sessions)
+            .zip(locks.chunks(batch_sessions))
             .collect();
         let run = PruneRun {
             run_id,

@@ -3,11 +3,12 @@
 //! after each one the engine acknowledged. The parent SIGKILLs it at a
 //! random moment and checks that everything acknowledged survived.
 //!
-//! With a third argument `prune` it instead prunes every session once,
+//! With a third argument `prune` it instead prunes every session once, in
+//! batches of the fourth argument's sessions (else the default),
 //! printing `pruning` before and `pruned <count>` after, so the parent can
 //! kill it inside a prune of several batches.
 //!
-//! Usage: `crash-child ROOT SEED [prune]`
+//! Usage: `crash-child ROOT SEED [prune [BATCH]]`
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -18,6 +19,8 @@ use std::time::Duration;
 use sandlog_core::{PrunePolicy, SessionId, WorkspacePath};
 use sandlog_projections::SessionStatus;
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, ReconcileOptions};
+
+const USAGE: &str = "usage: crash-child ROOT SEED [prune [BATCH]]";
 
 /// A tiny deterministic generator (xorshift), so a seed replays a run.
 struct Rng(u64);
@@ -37,18 +40,17 @@ impl Rng {
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let mut args = std::env::args().skip(1);
-    let root = PathBuf::from(args.next().ok_or("usage: crash-child ROOT SEED [prune]")?);
-    let seed: u64 = args
-        .next()
-        .ok_or("usage: crash-child ROOT SEED [prune]")?
-        .parse()?;
+    let root = PathBuf::from(args.next().ok_or(USAGE)?);
+    let seed: u64 = args.next().ok_or(USAGE)?.parse()?;
     let prune_once = args.next().is_some_and(|mode| mode == "prune");
+    let prune_batch_sessions = args.next().map(|batch| batch.parse()).transpose()?;
     let mut rng = Rng(seed | 1);
     Engine::init(&root)?;
     let options = EngineOptions {
         actor: "api:crash-child".to_owned(),
         runtimes_dir: std::env::var_os("SANDLOG_RUNTIMES_DIR").map(PathBuf::from),
         cache_dir: Some(sandlog_tests::engine::cache_dir()),
+        prune_batch_sessions,
         ..EngineOptions::default()
     };
     let engine = Engine::open(&root, options)?;

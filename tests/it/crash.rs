@@ -106,6 +106,10 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() -> TestResult {
 /// Kills of the batched-prune crash test, by default.
 const PRUNE_KILLS_DEFAULT: u64 = 12;
 
+/// Sessions per batch of the killed prune: small, so that three batches
+/// take few sessions.
+const CRASH_PRUNE_BATCH: usize = 64;
+
 /// Goal: a SIGKILL anywhere in a prune of several batches (taking leases,
 /// the intents' append, the parallel removals, the completions' append)
 /// leaves every session either kept (active, its directory whole) or
@@ -132,7 +136,7 @@ fn sigkill_during_a_batched_prune_leaves_each_session_kept_or_finished() -> Test
     println!(
         "batched prune crash test: base seed {base_seed} (SANDLOG_CRASH_SEED={base_seed} replays it), {kills} kills"
     );
-    let sessions = 2 * sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS + 50;
+    let sessions = 2 * CRASH_PRUNE_BATCH + 50;
     let mut prune_time = None;
     let mut cut_mid_batch = 0u64;
     for round in 0..=kills {
@@ -163,6 +167,7 @@ fn sigkill_during_a_batched_prune_leaves_each_session_kept_or_finished() -> Test
             .arg(&root)
             .arg(seed.to_string())
             .arg("prune")
+            .arg(CRASH_PRUNE_BATCH.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()?;

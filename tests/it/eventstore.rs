@@ -1587,11 +1587,12 @@ fn processes_creating_a_store_at_once_agree_on_it() -> TestResult {
 /// stored envelopes, so a client that lost the reply can safely retry
 /// (C2, issue 2). Method: append a batch of three to a new stream with
 /// `NoStream`, move the clock, append the identical batch again with the
-/// same (now stale) `NoStream`, and once more with a nonsense `Exact(99)`:
-/// both return envelopes identical to the first (same positions and
-/// `recorded_at`), and the head and log are unchanged. The idempotency
-/// check comes before the version check on purpose: the retry's
-/// expectation was right when it was first sent.
+/// same (now stale) `NoStream`, once more with a nonsense `Exact(99)`, and
+/// with `Any` (which no version check refuses, so only the event-id index
+/// recognises the retry): all return envelopes identical to the first
+/// (same positions and `recorded_at`), and the head and log are unchanged.
+/// A stale expectation never fails a retry: it was right when the batch
+/// was first sent.
 #[test]
 fn retried_batch_returns_the_stored_envelopes_and_appends_nothing() -> TestResult {
     let temp = temp_store()?;
@@ -1621,6 +1622,8 @@ fn retried_batch_returns_the_stored_envelopes_and_appends_nothing() -> TestResul
         temp.store
             .append(stream, ExpectedVersion::Exact(StreamVersion(99)), &batch)?;
     assert_eq!(retried_again, first);
+    let retried_any = temp.store.append(stream, ExpectedVersion::Any, &batch)?;
+    assert_eq!(retried_any, first);
     assert_eq!(temp.store.head()?, head);
     assert_eq!(temp.envelopes()?, log);
     assert_eq!(first.first().map(|e| e.position), Some(Position(2)));

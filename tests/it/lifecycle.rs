@@ -327,6 +327,44 @@ fn prune_skips_session_used_during_run() -> TestResult {
 /// An engine on `root` that commits with `Durability::Normal`: setting up
 /// hundreds of sessions then takes no fsync each (the tests never cut the
 /// power).
+/// The prune batch of the tests of batching: small, so that several
+/// batches take few sessions.
+const TEST_PRUNE_BATCH: usize = 32;
+
+/// An engine on `root` whose prune runs in batches of `batch` sessions.
+fn batched_engine(root: &TestRoot, batch: usize) -> Result<sandlog_runtime::Engine, RuntimeError> {
+    let mut options = sandlog_tests::engine::options(&root.clock);
+    options.prune_batch_sessions = Some(batch);
+    sandlog_runtime::Engine::open(root.path(), options)
+}
+
+/// Goal: a prune's batch is sized by the process's descriptor limit, so
+/// the lease files of the batches a run holds at once (one open file per
+/// session) take at most half of it, and the batch stays within its
+/// bounds whatever the limit. Method: the size for the usual soft limit
+/// (1,024: 128 sessions, four batches holding 512 descriptors), for a
+/// small and a tiny limit, a large one and none.
+#[test]
+fn a_prune_batch_is_sized_by_the_descriptor_limit() {
+    use sandlog_runtime::lifecycle::{
+        PRUNE_BATCH_SESSIONS_MAX, PRUNE_BATCH_SESSIONS_MIN, PRUNE_BATCHES_HELD,
+        prune_batch_sessions_for,
+    };
+    assert_eq!(prune_batch_sessions_for(Some(1024)), 128);
+    assert_eq!(
+        PRUNE_BATCHES_HELD * prune_batch_sessions_for(Some(1024)),
+        512
+    );
+    assert_eq!(prune_batch_sessions_for(Some(256)), 32);
+    assert_eq!(prune_batch_sessions_for(Some(20)), PRUNE_BATCH_SESSIONS_MIN);
+    assert_eq!(prune_batch_sessions_for(Some(0)), PRUNE_BATCH_SESSIONS_MIN);
+    assert_eq!(
+        prune_batch_sessions_for(Some(1 << 20)),
+        PRUNE_BATCH_SESSIONS_MAX
+    );
+    assert_eq!(prune_batch_sessions_for(None), PRUNE_BATCH_SESSIONS_MAX);
+}
+
 fn quick_engine(root: &TestRoot) -> Result<sandlog_runtime::Engine, RuntimeError> {
     let mut options = sandlog_tests::engine::options(&root.clock);
     options.durability = sandlog_runtime::eventstore::Durability::Normal;
@@ -368,7 +406,7 @@ fn run_lengths(positions: &[u64]) -> Vec<usize> {
 /// batch's completions in one transaction with the intents of the batch
 /// two after it, deletes every directory (removed on several threads while
 /// those are appended), removes the lease files, and leaves a log and
-/// read models that verify. Method: two batches and 44 more sessions, old;
+/// read models that verify. Method: two batches and 20 more sessions, old;
 /// prune; the log holds the first two batches' intents, then the first
 /// batch's completions directly followed by the third batch's intents,
 /// then the other completions, each run at consecutive positions and the
@@ -378,8 +416,8 @@ fn run_lengths(positions: &[u64]) -> Vec<usize> {
 #[test]
 fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> TestResult {
     let mut root = TestRoot::new()?;
-    let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
-    let count = 2 * batch + 44;
+    let batch = TEST_PRUNE_BATCH;
+    let count = 2 * batch + 20;
     let engine = quick_engine(&root)?;
     let mut ids = Vec::new();
     for index in 0..count {
@@ -389,6 +427,7 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
     }
     drop(engine);
     root.clock.advance(48 * HOUR);
+    root.engine = batched_engine(&root, batch)?;
     let report = root
         .engine
         .prune(&PrunePolicy::older_than(24 * HOUR), false, NO_PROGRESS)?;
@@ -399,8 +438,8 @@ fn a_prune_of_several_batches_records_intents_and_completions_batch_wise() -> Te
     assert_eq!(report.reclaimed_bytes, written);
     let requested = positions_of(&root, "session.prune.requested")?;
     let pruned = positions_of(&root, "session.pruned")?;
-    assert_eq!(run_lengths(&requested), vec![2 * batch, 44]);
-    assert_eq!(run_lengths(&pruned), vec![batch, batch + 44]);
+    assert_eq!(run_lengths(&requested), vec![2 * batch, 20]);
+    assert_eq!(run_lengths(&pruned), vec![batch, batch + 20]);
     assert_eq!(requested[2 * batch - 1] + 1, pruned[0]);
     assert_eq!(pruned[batch - 1] + 1, requested[2 * batch]);
     assert_eq!(requested[count - 1] + 1, pruned[batch]);
@@ -512,24 +551,25 @@ fn a_session_used_after_selection_is_kept_and_its_batch_pruned() -> TestResult {
 /// transaction that records an earlier batch's completions together with
 /// that batch's intents fails on the stale intent alone: it is made again
 /// without it, so the completions are recorded and the used session is
-/// kept. Method: two batches and 44 more old sessions; the run's first
+/// kept. Method: two batches and 20 more old sessions; the run's first
 /// progress call made after a removal (batch 1's directories are being
 /// removed, batch 3 not yet taken) writes to a session of batch 3 through a
 /// second engine. That session is kept with the "used during the prune
 /// run" reason and no intent; every other session is pruned; batch 1's
-/// completions are directly followed by batch 3's 43 intents; `verify` is
+/// completions are directly followed by batch 3's 19 intents; `verify` is
 /// clean and nothing is pending.
 #[test]
 fn a_session_used_in_a_later_batch_is_kept_and_earlier_completions_recorded() -> TestResult {
-    let root = TestRoot::new()?;
-    let batch = sandlog_runtime::lifecycle::PRUNE_BATCH_SESSIONS;
-    let count = 2 * batch + 44;
+    let mut root = TestRoot::new()?;
+    let batch = TEST_PRUNE_BATCH;
+    let count = 2 * batch + 20;
     let engine = quick_engine(&root)?;
     for _ in 0..count {
         engine.create_session(BTreeMap::new())?;
     }
     drop(engine);
     root.clock.advance(48 * HOUR);
+    root.engine = batched_engine(&root, batch)?;
     let policy = PrunePolicy::older_than(24 * HOUR);
     let plan = sandlog_projections::query::prune_candidates(
         &root.engine.raw_log()?,
@@ -556,9 +596,9 @@ fn a_session_used_in_a_later_batch_is_kept_and_earlier_completions_recorded() ->
     let requested = positions_of(&root, "session.prune.requested")?;
     let pruned = positions_of(&root, "session.pruned")?;
     // The second engine's write may land between two batches' intents.
-    assert_eq!(requested.len(), 2 * batch + 43);
-    assert_eq!(run_lengths(&requested[2 * batch..]), vec![43]);
-    assert_eq!(run_lengths(&pruned), vec![batch, batch + 43]);
+    assert_eq!(requested.len(), 2 * batch + 19);
+    assert_eq!(run_lengths(&requested[2 * batch..]), vec![19]);
+    assert_eq!(run_lengths(&pruned), vec![batch, batch + 19]);
     assert_eq!(pruned[batch - 1] + 1, requested[2 * batch]);
     for candidate in plan.candidates.iter().filter(|c| c.session_id != used) {
         let id = candidate.session_id;

@@ -8,12 +8,12 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use sandlog_core::{Envelope, NewEvent, StreamId, StreamVersion};
 
 use super::EventStore;
-use super::rows::{envelope_from_row, read_head, read_stream_version};
+use super::rows::{envelope_from_row, read_head};
 use crate::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
 use crate::error::{EventStoreError, Result};
-use crate::types::ExpectedVersion;
+use crate::types::{ExpectedVersion, Head};
 
 fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value)
@@ -33,6 +33,11 @@ pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Res
     if let Some(key) = select.query_row([stream], |row| row.get(0)).optional()? {
         return Ok(key);
     }
+    new_stream_key(connection, stream)
+}
+
+/// Gives `stream`, which has no key yet, the next one.
+fn new_stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
     let mut insert =
         connection.prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key")?;
     Ok(insert.query_row([stream], |row| row.get(0))?)
@@ -152,15 +157,32 @@ impl EventStore {
     }
 }
 
-/// Inserts one batch inside an open write transaction: the idempotency
-/// check, the expected-version check, positions, chain hashes and the
-/// Merkle leaves (growing `frontier`). Returns the envelopes and whether
-/// they are new (false for a retry of a stored batch). The caller runs the
-/// append hook and commits.
+/// What a write transaction knows of the log's tip, carried from one
+/// stream's batch to the next so that a write of many streams reads the
+/// head and loads the Merkle frontier once, not once per stream.
+#[derive(Default)]
+pub(crate) struct Tip {
+    /// The head as of the last batch inserted, if read yet.
+    head: Option<Head>,
+    /// The tree of the log up to `head`, if loaded yet.
+    pub(crate) frontier: Option<sandlog_core::merkle::Frontier>,
+}
+
+/// Inserts one batch inside an open write transaction: the expected-version
+/// check, positions, chain hashes and the Merkle leaves (growing the tip's
+/// frontier). Returns the envelopes and whether they are new (false for a
+/// retry of a stored batch). The caller runs the append hook and commits.
+///
+/// The idempotency lookup (is the first event's id stored?) runs only when
+/// the batch cannot be appended as it is: a retry of a stored batch either
+/// finds its stream moved past `expected` or, with
+/// [`ExpectedVersion::Any`], fails the unique event-id index on its first
+/// insert, before anything of it is inserted. Either way the stored batch
+/// is returned, as if it had been looked up first.
 pub(crate) fn insert_batch(
     store: &EventStore,
     transaction: &Transaction<'_>,
-    frontier: &mut Option<sandlog_core::merkle::Frontier>,
+    tip: &mut Tip,
     stream: StreamId,
     expected: ExpectedVersion,
     events: &[NewEvent],
@@ -170,53 +192,88 @@ pub(crate) fn insert_batch(
         return Ok((Vec::new(), false));
     };
     let stream_text = stream.to_string();
-    if let Some(stored) = stored_batch(transaction, &stream_text, events, first)? {
-        return Ok((stored, false));
+    let (key, actual) = stream_state(transaction, &stream_text)?;
+    if let Err(conflict) = check_version(stream, expected, actual) {
+        return match stored_batch(transaction, &stream_text, events, first)? {
+            Some(stored) => Ok((stored, false)),
+            None => Err(conflict),
+        };
     }
-    let actual = check_expected(transaction, stream, &stream_text, expected)?;
-
-    let head = read_head(transaction)?;
+    let head = match tip.head.take() {
+        Some(head) => head,
+        None => read_head(transaction)?,
+    };
     let recorded_at = batch_recorded_at(&head, store.clock.now());
     let envelopes = chain_batch(&head, stream, actual, recorded_at, events);
     {
-        let key = stream_key(transaction, &stream_text)?;
+        let key = match key {
+            Some(key) => key,
+            None => new_stream_key(transaction, &stream_text)?,
+        };
         let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
-        for (envelope, event) in envelopes.iter().zip(events) {
+        for (index, (envelope, event)) in envelopes.iter().zip(events).enumerate() {
             let inserted = insert_event(&mut insert, &stream_text, key, envelope)?;
             if let Err(error) = inserted {
+                // Nothing of this batch is inserted yet when its first
+                // event is refused: the head stays as it was.
+                if index == 0 {
+                    tip.head = Some(head);
+                    if let Some(stored) = stored_batch(transaction, &stream_text, events, first)? {
+                        return Ok((stored, false));
+                    }
+                }
                 return Err(map_insert_error(transaction, error, event)?);
             }
         }
     }
     // The tree grows in the same transaction: it always covers the log.
     let tree_started = std::time::Instant::now();
-    let tree = match frontier.take() {
+    let tree = match tip.frontier.take() {
         Some(tree) if tree.size() == head.position.0 => tree,
         _ => match store.frontier.take_if(head.position.0) {
             Some(tree) => tree,
             None => super::merkle::load_frontier(transaction, head.position.0)?,
         },
     };
-    let tree = frontier.insert(tree);
+    let tree = tip.frontier.insert(tree);
     super::merkle::append_leaves(transaction, tree, &envelopes)?;
     let tree_nanos = u64::try_from(tree_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     store
         .merkle_nanos
         .fetch_add(tree_nanos, std::sync::atomic::Ordering::Relaxed);
+    tip.head = envelopes.last().map(|last| Head {
+        position: last.position,
+        hash: last.hash,
+        recorded_at: Some(last.recorded_at),
+    });
     Ok((envelopes, true))
 }
 
-/// The expected-version check of one stream, inside the transaction;
-/// returns the stream's version.
-pub(crate) fn check_expected(
+/// A stream's key in `streams` (none before its first event) and its
+/// version (its last event's), in one statement.
+fn stream_state(
     transaction: &Transaction<'_>,
-    stream: StreamId,
     stream_text: &str,
-    expected: ExpectedVersion,
-) -> Result<Option<StreamVersion>> {
-    let actual = read_stream_version(transaction, stream_text)?;
-    check_version(stream, expected, actual)?;
-    Ok(actual)
+) -> Result<(Option<i64>, Option<StreamVersion>)> {
+    let mut select = transaction.prepare_cached(
+        "SELECT key, (SELECT version FROM events WHERE stream_key = streams.key \
+         ORDER BY version DESC LIMIT 1) FROM streams WHERE stream = ?1",
+    )?;
+    let row: Option<(i64, Option<i64>)> = select
+        .query_row([stream_text], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((key, version)) = row else {
+        return Ok((None, None));
+    };
+    let version = version
+        .map(|version| {
+            u64::try_from(version).map_err(|_| EventStoreError::Corrupt {
+                position: sandlog_core::Position::ZERO,
+                reason: format!("stream {stream_text} has a negative version {version}"),
+            })
+        })
+        .transpose()?;
+    Ok((Some(key), version.map(StreamVersion)))
 }
 
 /// The idempotency check: if `first`'s id is stored, returns the stored

@@ -6,11 +6,10 @@
 //! leaves neither (see [`crate::blobs`]).
 
 use rusqlite::{Transaction, TransactionBehavior};
-use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, StreamId};
 
 use super::EventStore;
-use super::append::insert_batch;
+use super::append::{Tip, insert_batch};
 use super::blobs;
 use crate::blobs::{BlobPut, ErasedBlob};
 use crate::error::{EventStoreError, Result};
@@ -21,7 +20,8 @@ use crate::types::ExpectedVersion;
 pub struct Write<'s, 't> {
     store: &'s EventStore,
     transaction: &'t Transaction<'t>,
-    frontier: Option<Frontier>,
+    /// The log's head and tree as this transaction left them.
+    tip: Tip,
     /// Everything newly appended, for the append hook, which runs once at
     /// the end (a read model folds one batch, not one per stream).
     appended: Vec<Envelope>,
@@ -39,7 +39,7 @@ impl Write<'_, '_> {
         let (envelopes, fresh) = insert_batch(
             self.store,
             self.transaction,
-            &mut self.frontier,
+            &mut self.tip,
             stream,
             expected,
             events,
@@ -144,15 +144,15 @@ impl EventStore {
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(EventStoreError::from)?;
-        let (value, frontier, appended) = {
+        let (value, tip, appended) = {
             let mut write = Write {
                 store: self,
                 transaction: &transaction,
-                frontier: None,
+                tip: Tip::default(),
                 appended: Vec::new(),
             };
             let value = f(&mut write)?;
-            (value, write.frontier, write.appended)
+            (value, write.tip, write.appended)
         };
         // New envelopes only: a retry's were folded when first appended.
         if let Some(hook) = &self.hook
@@ -162,7 +162,7 @@ impl EventStore {
                 .map_err(EventStoreError::Hook)?;
         }
         self.commit(transaction)?;
-        if let Some(frontier) = frontier {
+        if let Some(frontier) = tip.frontier {
             self.frontier.put(frontier);
         }
         Ok(value)
