@@ -18,6 +18,9 @@ fn main() -> ExitCode {
     };
     let output = output::Output::new(&cli);
     output::init_tracing(&cli);
+    // A prune holds one open lease file per session of the batches in
+    // flight; the usual soft limit of 1,024 would make them small.
+    sandlog_runtime::lifecycle::raise_descriptor_limit();
     match commands::run(cli, &output) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

@@ -553,3 +553,71 @@ fn migrate_copies_the_log_and_refuses_what_it_must() -> TestResult {
         .stderr_has("position 2");
     Ok(())
 }
+
+/// Goal: the CLI prunes in batches as large as its descriptors allow even
+/// when started under the usual soft limit of 1,024 open files: it raises
+/// its soft limit (within the hard one) before a prune holds a lease file
+/// per session of its batches. Method: 600 old sessions; `sandlog prune`
+/// started by a shell that lowered the soft limit to 1,024. A run's first
+/// two batches' intents are appended back to back, so the first run of
+/// consecutive `session.prune.requested` positions is two batches long
+/// (or every session): 600 at batches of 512, 256 at the 128 that 1,024
+/// descriptors give.
+#[test]
+fn prune_raises_the_descriptor_limit_for_its_batches() -> TestResult {
+    use sandlog_runtime::lifecycle::{PRUNE_DESCRIPTORS_WANTED, prune_batch_sessions_for};
+    const SESSIONS: usize = 600;
+    let (_dir, root) = init();
+    {
+        let engine = sandlog_runtime::Engine::open(
+            &root,
+            sandlog_runtime::EngineOptions {
+                durability: sandlog_runtime::eventstore::Durability::Normal,
+                ..sandlog_runtime::EngineOptions::default()
+            },
+        )?;
+        for _ in 0..SESSIONS {
+            engine.create_session(Default::default())?;
+        }
+    }
+    let hard = text_success(Command::new("sh").args(["-c", "ulimit -Hn"]));
+    let hard = match hard.trim() {
+        "unlimited" => None,
+        number => Some(number.parse::<u64>()?),
+    };
+    let raised = hard.map_or(PRUNE_DESCRIPTORS_WANTED, |hard| {
+        hard.min(PRUNE_DESCRIPTORS_WANTED)
+    });
+    let batch = prune_batch_sessions_for(Some(raised.max(1024)));
+    let pruned = json_success(
+        Command::new("sh")
+            .args(["-c", "ulimit -Sn 1024 && exec \"$@\"", "sh"])
+            .arg(assert_cmd::cargo::cargo_bin("sandlog"))
+            .env_remove("SANDLOG_STORE")
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root)
+            .args(["--json", "prune", "--older-than", "0"]),
+    );
+    assert_eq!(
+        pruned["deleted_sessions"].as_array().map(Vec::len),
+        Some(SESSIONS)
+    );
+    let intents =
+        text_success(sandlog(&root).args(["--json", "log", "--kind", "session.prune.requested"]));
+    let positions: Vec<u64> = intents
+        .lines()
+        .map(|line| json(line.as_bytes())["position"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(positions.len(), SESSIONS);
+    let first_run = 1 + positions
+        .windows(2)
+        .take_while(|pair| pair[1] == pair[0] + 1)
+        .count();
+    assert!(
+        batch > 128,
+        "the hard limit ({hard:?}) leaves nothing to raise"
+    );
+    assert_eq!(first_run, SESSIONS.min(2 * batch), "batch {batch}");
+    Ok(())
+}

@@ -171,6 +171,41 @@ pub fn prune_batch_sessions_for(limit: Option<u64>) -> usize {
         .clamp(PRUNE_BATCH_SESSIONS_MIN, PRUNE_BATCH_SESSIONS_MAX)
 }
 
+/// The soft descriptor limit at which a prune's batches are
+/// [`PRUNE_BATCH_SESSIONS_MAX`] sessions.
+pub const PRUNE_DESCRIPTORS_WANTED: u64 =
+    PRUNE_DESCRIPTOR_SHARE * PRUNE_BATCHES_HELD as u64 * PRUNE_BATCH_SESSIONS_MAX as u64;
+
+/// Raises this process's soft limit of open descriptors to
+/// [`PRUNE_DESCRIPTORS_WANTED`] if it is lower and the hard limit allows
+/// (up to the hard limit otherwise), so that a prune runs in its largest
+/// batches. For programs, not libraries: the limit is the whole
+/// process's, so only a `main` should change it. Returns the soft limit
+/// now in force (`None`: unlimited).
+pub fn raise_descriptor_limit() -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // No soft limit: nothing to raise.
+    let current = limit.current?;
+    let wanted = limit.maximum.map_or(PRUNE_DESCRIPTORS_WANTED, |hard| {
+        hard.min(PRUNE_DESCRIPTORS_WANTED)
+    });
+    if wanted <= current {
+        return Some(current);
+    }
+    let raised = Rlimit {
+        current: Some(wanted),
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => Some(wanted),
+        Err(error) => {
+            tracing::debug!(%error, current, wanted, "raising the descriptor limit failed; prune batches stay smaller");
+            Some(current)
+        }
+    }
+}
+
 /// The batch size of a prune run in this process, by its current (soft)
 /// limit of open descriptors: see [`prune_batch_sessions_for`].
 /// [`EngineOptions::prune_batch_sessions`](crate::EngineOptions) overrides
