@@ -499,6 +499,7 @@ class Engine:
         store: Optional[str] = None,
         node: Optional[str] = None,
         correlation_id: Optional[str] = None,
+        prune_batch_sessions: Optional[int] = None,
     ) -> "Engine":
         """Opens an existing root; raises :class:`NotFound` if there is none.
 
@@ -513,13 +514,27 @@ class Engine:
         host this handle acts for on a shared log (default: the root's
         ``node`` file, else the host name): sessions record the node that
         created them, and only that node runs code in them, changes their
-        files, deletes, prunes or reconciles them."""
+        files, deletes, prunes or reconciles them.
+
+        ``prune_batch_sessions``: how many sessions :meth:`prune` destroys
+        per batch (one commit of intents and one of completions each).
+        Each session of the batches a prune holds is an open lease file, so
+        by default the batch follows the process's soft limit of open
+        files: 128 at the usual 1,024, 512 (the most) from 4,096. This
+        package never changes that limit; a platform that raises it, or
+        sets this, gets fewer, bigger commits."""
         path = _path("root", root)
         store = _store(store)
         node = _optional_text("node", node)
         if correlation_id is not None and not isinstance(correlation_id, str):
             raise TypeError(f"correlation_id must be a str, not {type(correlation_id).__name__}")
-        return cls(_sandlog.Engine.open(path, correlation_id, store, False, node))
+        batch = _count("prune_batch_sessions", prune_batch_sessions)
+        if batch == 0:
+            raise InvalidInput(
+                "prune_batch_sessions 0: a prune batch holds at least one session; "
+                "leave it None to size batches by the open-file limit"
+            )
+        return cls(_sandlog.Engine.open(path, correlation_id, store, False, node, batch))
 
     def close(self) -> None:
         """Closes this handle. Calls already running in other threads finish."""

@@ -17,6 +17,7 @@ class Engine:
         store: Optional[str] = None,
         create: bool = False,
         node: Optional[str] = None,
+        prune_batch_sessions: Optional[int] = None,
     ) -> "Engine": ...
     def close(self) -> None: ...
     @property

@@ -246,9 +246,11 @@ impl PyEngine {
     /// PostgreSQL URL), the root is a node of that shared log; `create`
     /// makes the node's root if it is missing. `node` names the host the
     /// engine acts for (default: the root's `node` file, else the host
-    /// name).
+    /// name). `prune_batch_sessions` sets the sessions per prune batch
+    /// (default: sized by the process's descriptor limit, which this
+    /// package never changes).
     #[staticmethod]
-    #[pyo3(signature = (root, correlation_id=None, store=None, create=false, node=None))]
+    #[pyo3(signature = (root, correlation_id=None, store=None, create=false, node=None, prune_batch_sessions=None))]
     fn open(
         py: Python<'_>,
         root: PathBuf,
@@ -256,8 +258,16 @@ impl PyEngine {
         store: Option<String>,
         create: bool,
         node: Option<String>,
+        prune_batch_sessions: Option<usize>,
     ) -> PyResult<PyEngine> {
         let engine = run(py, move || {
+            if prune_batch_sessions == Some(0) {
+                return Err(Failure::Invalid(
+                    "prune_batch_sessions 0: a prune batch holds at least one session; \
+                     leave it None to size batches by the descriptor limit"
+                        .to_owned(),
+                ));
+            }
             let options = EngineOptions {
                 actor: "api:python".to_owned(),
                 correlation_id: correlation_id
@@ -267,6 +277,7 @@ impl PyEngine {
                 store,
                 create,
                 node,
+                prune_batch_sessions,
                 ..EngineOptions::default()
             };
             Ok(Engine::open(&root, options)?)

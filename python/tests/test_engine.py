@@ -467,6 +467,25 @@ def test_prune_dry_run_equals_the_real_run(engine: sandlog.Engine, tmp_path: Pat
     assert "3 deleted" in str(real)
 
 
+def test_prune_runs_in_the_batches_open_asks_for(engine: sandlog.Engine, root: Path) -> None:
+    """A prune's first two batches' intents are appended back to back, so
+    the first run of consecutive intent positions is two batches long."""
+    sessions = [engine.create_session() for _ in range(10)]
+    with sandlog.Engine.open(root, prune_batch_sessions=4) as batched:
+        result = batched.prune(older_than=timedelta(0))
+    assert sorted(result.deleted_sessions) == sorted(sessions)
+    intents = [event["position"] for event in engine.log() if event["kind"] == "session.prune.requested"]
+    assert len(intents) == 10
+    first_run = 1
+    while first_run < len(intents) and intents[first_run] == intents[first_run - 1] + 1:
+        first_run += 1
+    assert first_run == 8
+    with pytest.raises(sandlog.InvalidInput, match="prune_batch_sessions 0"):
+        sandlog.Engine.open(root, prune_batch_sessions=0)
+    with pytest.raises(TypeError):
+        sandlog.Engine.open(root, prune_batch_sessions="4")  # type: ignore[arg-type]
+
+
 def test_prune_by_count_and_bounds(engine: sandlog.Engine) -> None:
     sessions = [engine.create_session() for _ in range(4)]
     result = engine.prune(max_sessions=2, dry_run=True)
