@@ -20,7 +20,7 @@ use sandlog_runtime::core::policy::PrunePolicy;
 use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
-use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::eventstore::{LogFilter, Upgrade, UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::native::NativeOptions;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
@@ -205,6 +205,61 @@ fn file_tuple(file: &FileView) -> (String, u64, String, i64) {
     )
 }
 
+/// Reports the long, one-off upgrade of a root an older sandlog made (its
+/// schema, or a rebuild of its read models) to Python's `logging`, logger
+/// `sandlog`: a warning when it starts, since opening then holds every
+/// other process using the root back for as long as it takes, and an info
+/// record when it is committed. A platform's logging shows why an open
+/// took long; the package prints nothing itself.
+fn upgrade_observer() -> UpgradeObserver {
+    UpgradeObserver::new(|event| {
+        let (level, message) = match event {
+            UpgradeEvent::Started {
+                path,
+                upgrade,
+                events,
+            } => {
+                let what = match upgrade {
+                    Upgrade::Schema { from, to } => format!(
+                        "upgrading the log {} from schema {from} to {to}",
+                        path.display()
+                    ),
+                    Upgrade::ReadModels { from, to } => format!(
+                        "rebuilding the read models of {} (version {from} to {to}) from the log",
+                        path.display()
+                    ),
+                };
+                (
+                    "warning",
+                    format!(
+                        "{what} ({events} events), once; other processes using this root wait for it"
+                    ),
+                )
+            }
+            UpgradeEvent::Finished {
+                upgrade, elapsed, ..
+            } => {
+                let what = match upgrade {
+                    Upgrade::Schema { to, .. } => format!("log upgraded to schema {to}"),
+                    Upgrade::ReadModels { to, .. } => format!("read models rebuilt (version {to})"),
+                };
+                ("info", format!("{what} in {:.1} s", elapsed.as_secs_f64()))
+            }
+        };
+        Python::attach(|py| {
+            let logged = py
+                .import("logging")
+                .and_then(|logging| logging.call_method1("getLogger", ("sandlog",)))
+                .and_then(|logger| logger.call_method1(level, (message,)));
+            // A logging setup that raises must not fail the open: Python
+            // reports it as it reports any error it cannot raise.
+            if let Err(error) = logged {
+                error.write_unraisable(py, None);
+            }
+        });
+    })
+}
+
 /// The engine, shared between threads; `close` drops this handle's
 /// reference (calls already running keep theirs until they return).
 #[pyclass(frozen, module = "sandlog._sandlog", name = "Engine")]
@@ -278,6 +333,7 @@ impl PyEngine {
                 create,
                 node,
                 prune_batch_sessions,
+                on_upgrade: Some(upgrade_observer()),
                 ..EngineOptions::default()
             };
             Ok(Engine::open(&root, options)?)

@@ -30,6 +30,34 @@ def test_init_creates_a_root_and_open_reopens_it(root: Path) -> None:
         assert engine.session(sid).status == "active"
 
 
+def test_open_reports_a_read_model_rebuild_to_logging(
+    engine: sandlog.Engine, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening a root whose read models an older sandlog made rebuilds them
+    (holding other processes back), and says so through `logging`."""
+    engine.create_session()
+    engine.close()
+    database = sqlite3.connect(root / "sandlog.db")
+    with database:
+        current = database.execute("SELECT model_version FROM rm_checkpoint").fetchone()[0]
+        database.execute("UPDATE rm_checkpoint SET model_version = ?", (current - 1,))
+    database.close()
+    with caplog.at_level("INFO", logger="sandlog"):
+        with sandlog.Engine.open(root) as reopened:
+            assert len(reopened.sessions()) == 1
+    records = [(record.levelname, record.getMessage()) for record in caplog.records if record.name == "sandlog"]
+    assert len(records) == 2, records
+    assert records[0][0] == "WARNING"
+    assert f"(version {current - 1} to {current}) from the log (" in records[0][1]
+    assert "other processes using this root wait for it" in records[0][1]
+    assert records[1][0] == "INFO"
+    assert records[1][1].startswith(f"read models rebuilt (version {current}) in ")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sandlog"):
+        sandlog.Engine.open(root).close()
+    assert not [record for record in caplog.records if record.name == "sandlog"]
+
+
 def test_open_without_a_root_is_not_found(tmp_path: Path) -> None:
     with pytest.raises(sandlog.NotFound) as raised:
         sandlog.Engine.open(tmp_path / "missing")
