@@ -105,14 +105,9 @@ impl Output {
                 UpgradeEvent::Finished {
                     upgrade, elapsed, ..
                 } => {
-                    let what = match upgrade {
-                        Upgrade::Schema { to, .. } => format!("log upgraded to schema {to}"),
-                        Upgrade::ReadModels { to, .. } => {
-                            format!("read models rebuilt (version {to})")
-                        }
-                    };
                     crate::exit::stderr_line(&format!(
-                        "sandlog: {what} in {:.1} s",
+                        "sandlog: {} in {:.1} s",
+                        upgrade.done(),
                         elapsed.as_secs_f64()
                     ));
                 }
@@ -325,15 +320,10 @@ const REBUILD_MS_PER_MILLION_EVENTS: u64 = 12_000;
 fn upgrade_started_note(path: &Path, upgrade: Upgrade, events: u64) -> String {
     let shown = path.display().to_string();
     let path = crate::render::escape_for_terminal(&shown);
-    let (what, cost) = match upgrade {
-        Upgrade::Schema { from, to } => (
-            format!("upgrading the log {path} from schema {from} to {to}"),
-            MIGRATE_MS_PER_MILLION_EVENTS,
-        ),
-        Upgrade::ReadModels { from, to } => (
-            format!("rebuilding the read models of {path} (version {from} to {to}) from the log"),
-            REBUILD_MS_PER_MILLION_EVENTS,
-        ),
+    let what = upgrade.starting(&path);
+    let cost = match upgrade {
+        Upgrade::Schema { .. } => MIGRATE_MS_PER_MILLION_EVENTS,
+        Upgrade::ReadModels { .. } => REBUILD_MS_PER_MILLION_EVENTS,
     };
     let seconds = events.saturating_mul(cost).div_ceil(1_000_000_000).max(1);
     format!(

@@ -20,7 +20,7 @@ use sandlog_runtime::core::policy::PrunePolicy;
 use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
-use sandlog_runtime::eventstore::{LogFilter, Upgrade, UpgradeEvent, UpgradeObserver};
+use sandlog_runtime::eventstore::{LogFilter, UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::native::NativeOptions;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
@@ -218,33 +218,19 @@ fn upgrade_observer() -> UpgradeObserver {
                 path,
                 upgrade,
                 events,
-            } => {
-                let what = match upgrade {
-                    Upgrade::Schema { from, to } => format!(
-                        "upgrading the log {} from schema {from} to {to}",
-                        path.display()
-                    ),
-                    Upgrade::ReadModels { from, to } => format!(
-                        "rebuilding the read models of {} (version {from} to {to}) from the log",
-                        path.display()
-                    ),
-                };
-                (
-                    "warning",
-                    format!(
-                        "{what} ({events} events), once; other processes using this root wait for it"
-                    ),
-                )
-            }
+            } => (
+                "warning",
+                format!(
+                    "{} ({events} events), once; other processes using this root wait for it",
+                    upgrade.starting(&path.display().to_string())
+                ),
+            ),
             UpgradeEvent::Finished {
                 upgrade, elapsed, ..
-            } => {
-                let what = match upgrade {
-                    Upgrade::Schema { to, .. } => format!("log upgraded to schema {to}"),
-                    Upgrade::ReadModels { to, .. } => format!("read models rebuilt (version {to})"),
-                };
-                ("info", format!("{what} in {:.1} s", elapsed.as_secs_f64()))
-            }
+            } => (
+                "info",
+                format!("{} in {:.1} s", upgrade.done(), elapsed.as_secs_f64()),
+            ),
         };
         Python::attach(|py| {
             let logged = py

@@ -319,6 +319,32 @@ pub enum Upgrade {
     },
 }
 
+impl Upgrade {
+    /// What the upgrade does, in words for people, naming the file as
+    /// `path` (the caller shows it as its medium needs: escaped for a
+    /// terminal, say). Every front end announces upgrades in these words.
+    pub fn starting(&self, path: &str) -> String {
+        match self {
+            Upgrade::Schema { from, to } => {
+                format!("upgrading the log {path} from schema {from} to {to}")
+            }
+            Upgrade::ReadModels { from, to } => {
+                format!(
+                    "rebuilding the read models of {path} (version {from} to {to}) from the log"
+                )
+            }
+        }
+    }
+
+    /// What the upgrade did, once committed, in words for people.
+    pub fn done(&self) -> String {
+        match self {
+            Upgrade::Schema { to, .. } => format!("log upgraded to schema {to}"),
+            Upgrade::ReadModels { to, .. } => format!("read models rebuilt (version {to})"),
+        }
+    }
+}
+
 /// What opening a store tells its [`UpgradeObserver`]. Creating a blank
 /// file and opening a current one say nothing.
 #[derive(Debug, Clone, Copy)]
