@@ -324,9 +324,6 @@ fn prune_skips_session_used_during_run() -> TestResult {
     Ok(())
 }
 
-/// An engine on `root` that commits with `Durability::Normal`: setting up
-/// hundreds of sessions then takes no fsync each (the tests never cut the
-/// power).
 /// The prune batch of the tests of batching: small, so that several
 /// batches take few sessions.
 const TEST_PRUNE_BATCH: usize = 32;
@@ -365,6 +362,9 @@ fn a_prune_batch_is_sized_by_the_descriptor_limit() {
     assert_eq!(prune_batch_sessions_for(None), PRUNE_BATCH_SESSIONS_MAX);
 }
 
+/// An engine on `root` that commits with `Durability::Normal`: setting up
+/// hundreds of sessions then takes no fsync each (the tests never cut the
+/// power).
 fn quick_engine(root: &TestRoot) -> Result<sandlog_runtime::Engine, RuntimeError> {
     let mut options = sandlog_tests::engine::options(&root.clock);
     options.durability = sandlog_runtime::eventstore::Durability::Normal;
