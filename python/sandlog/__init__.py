@@ -528,12 +528,8 @@ class Engine:
         node = _optional_text("node", node)
         if correlation_id is not None and not isinstance(correlation_id, str):
             raise TypeError(f"correlation_id must be a str, not {type(correlation_id).__name__}")
+        # Zero is refused by the native open, which takes it directly too.
         batch = _count("prune_batch_sessions", prune_batch_sessions)
-        if batch == 0:
-            raise InvalidInput(
-                "prune_batch_sessions 0: a prune batch holds at least one session; "
-                "leave it None to size batches by the open-file limit"
-            )
         return cls(_sandlog.Engine.open(path, correlation_id, store, False, node, batch))
 
     def close(self) -> None:
