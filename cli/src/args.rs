@@ -262,7 +262,7 @@ pub enum Command {
     /// Serve the Model Context Protocol on stdin/stdout (tools:
     /// create_session, execute, list_files, read_file, write_file,
     /// timeline) until stdin closes.
-    Mcp,
+    Mcp(crate::commands::serve::McpArgs),
 }
 
 /// `report` arguments.
@@ -621,6 +621,12 @@ pub struct ExecArgs {
     /// `evidence.budget`, else 32 MiB.
     #[arg(long, value_name = "SIZE")]
     pub evidence: Option<String>,
+    /// How long to wait for another execution, run or write in this
+    /// session (in any process) to finish first; still running then, the
+    /// command fails with `busy` (exit 1) and changes nothing. Default
+    /// `60s`.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
 }
 
 /// `run` arguments.
@@ -637,6 +643,12 @@ pub struct RunArgs {
     /// else 32 MiB.
     #[arg(long, value_name = "SIZE")]
     pub evidence: Option<String>,
+    /// How long to wait for another execution, run or write in this
+    /// session (in any process) to finish first; still running then, the
+    /// command fails with `busy` (exit 1) and changes nothing. Default
+    /// `60s`.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

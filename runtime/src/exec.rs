@@ -4,7 +4,6 @@
 //! changes found after the run, in one append).
 
 use std::path::PathBuf;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use sandlog_core::event::{Event, ExecutionLimit, ExecutionScan, RecordedLimits, SessionExecuted};
@@ -67,6 +66,37 @@ impl Runtime {
     }
 }
 
+/// The guest modules an operator offers to clients by name (`serve
+/// --module NAME=PATH.wasm`), beside the built-in `python` and
+/// `javascript`. Clients of a server choose among these names only.
+pub type RegisteredModules = std::collections::BTreeMap<String, PathBuf>;
+
+/// How much of an unknown runtime name an error repeats.
+const RUNTIME_NAME_SHOWN_MAX: usize = 64;
+
+impl Runtime {
+    /// The runtime a remote client named: `python` (or `py`),
+    /// `javascript` (or `js`), or a module the operator registered. Never
+    /// a path: anything else is [`RuntimeError::UnknownRuntime`].
+    pub fn named(name: &str, modules: &RegisteredModules) -> Result<Runtime> {
+        match name {
+            "python" | "py" => Ok(Runtime::Python),
+            "javascript" | "js" => Ok(Runtime::JavaScript),
+            other => match modules.get(other) {
+                Some(path) => Ok(Runtime::Module(path.clone())),
+                None => {
+                    let mut known = vec!["python".to_owned(), "javascript".to_owned()];
+                    known.extend(modules.keys().cloned());
+                    Err(RuntimeError::UnknownRuntime {
+                        name: other.chars().take(RUNTIME_NAME_SHOWN_MAX).collect(),
+                        known: known.join(", "),
+                    })
+                }
+            },
+        }
+    }
+}
+
 /// One execution request.
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
@@ -104,6 +134,9 @@ pub struct LimitOverrides {
     pub workspace_bytes: Option<u64>,
     /// File bytes kept as evidence (0: evidence off).
     pub evidence_bytes: Option<u64>,
+    /// How long to wait for another writer of the session to finish
+    /// before failing with `busy`; else the engine's `session_wait`.
+    pub wait: Option<Duration>,
 }
 
 /// What an execution did.
@@ -220,12 +253,14 @@ impl Engine {
                 max: CODE_BYTES_MAX,
             });
         }
-        let lock = self.lock_session(session_id);
-        let _guard: MutexGuard<'_, ()> =
-            lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Held through the run and the append: the workspace is never
-        // removed under the guest.
-        let (_lease, session) = self.lease_active(session_id)?;
+        // Held from before the guest starts until its record commits: the
+        // workspace is never removed under the guest, and the session's
+        // other writers (in any process) wait their turn, so the scan
+        // after the run sees only what this guest did.
+        let (_hold, session) = self.hold_for_writing(
+            session_id,
+            request.limits.wait.unwrap_or_else(|| self.session_wait()),
+        )?;
         let (module, args, stdin) = self.prepare(request)?;
         let mut limits = self.limits(&request.limits);
         // The session's size limit caps what the guest may leave.

@@ -14,28 +14,7 @@ use crate::error::{Result, RuntimeError};
 pub const KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
 
 fn read_small_file(path: &Path, what: &str) -> Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(RuntimeError::io(format!(
-        "reading {what} {}",
-        path.display()
-    )))?;
-    let mut text = String::new();
-    file.take(KEY_FILE_BYTES_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(RuntimeError::io(format!(
-            "reading {what} {}",
-            path.display()
-        )))?;
-    if text.len() as u64 > KEY_FILE_BYTES_MAX {
-        return Err(RuntimeError::Io {
-            context: format!("reading {what} {}", path.display()),
-            source: std::io::Error::new(
-                std::io::ErrorKind::FileTooLarge,
-                format!("larger than {KEY_FILE_BYTES_MAX} bytes: not a {what}"),
-            ),
-        });
-    }
-    Ok(text)
+    crate::input::read_text_bounded(path, what, KEY_FILE_BYTES_MAX, "KEY_FILE_BYTES_MAX")
 }
 
 /// Draws a new Ed25519 key named `origin` from the OS's randomness and
@@ -64,15 +43,41 @@ pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
     Ok(key)
 }
 
-/// Reads a signer key file written by [`generate_key_file`].
+/// Reads a signer key file written by [`generate_key_file`]. Like ssh, it
+/// refuses a key file that its group or others may read or write: a key
+/// anyone else can read signs for them too.
 pub fn read_signer_key(path: &Path) -> Result<SignerKey> {
-    SignerKey::parse(&read_small_file(path, "key file")?).map_err(RuntimeError::Note)
+    use std::os::unix::fs::PermissionsExt;
+    let what = "signing key";
+    let (file, metadata) = crate::input::open_regular(path, what)?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(RuntimeError::KeyExposed {
+            path: path.display().to_string(),
+            mode,
+        });
+    }
+    let bytes = crate::input::read_opened_bounded(
+        file,
+        &metadata,
+        path,
+        what,
+        KEY_FILE_BYTES_MAX,
+        "KEY_FILE_BYTES_MAX",
+    )?;
+    let text = String::from_utf8(bytes).map_err(|_| RuntimeError::NotText {
+        path: path.display().to_string(),
+        what: what.to_owned(),
+    })?;
+    SignerKey::parse(&text).map_err(RuntimeError::Note)
 }
 
 /// Reads a verifier key: the text itself, or a file holding it.
 pub fn read_verifier_key(text_or_path: &str) -> Result<VerifierKey> {
     let path = Path::new(text_or_path);
-    let text = if path.is_file() {
+    // Anything at the path is read as a file (and refused unread when it
+    // is a FIFO or a device); text naming nothing is the key itself.
+    let text = if path.symlink_metadata().is_ok() {
         read_small_file(path, "verifier key")?
     } else {
         text_or_path.to_owned()

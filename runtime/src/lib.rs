@@ -49,6 +49,7 @@ pub mod fault;
 pub mod files;
 pub mod forensics;
 pub mod history;
+pub mod input;
 pub mod kernel;
 pub mod keys;
 pub mod layout;
@@ -74,7 +75,9 @@ pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Result, RuntimeError};
-pub use exec::{ExecRequest, Execution, LimitOverrides, PreparedRuntime, Runtime};
+pub use exec::{
+    ExecRequest, Execution, LimitOverrides, PreparedRuntime, RegisteredModules, Runtime,
+};
 pub use fault::FaultInjector;
 pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
 pub use layout::{Layout, default_cache_dir};

@@ -23,6 +23,7 @@ pub mod api;
 pub mod auth;
 pub mod error;
 pub mod executor;
+pub mod guard;
 pub mod limits;
 pub mod mcp;
 pub mod openapi;

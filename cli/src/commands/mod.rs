@@ -71,7 +71,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Tree(command) => proofs::tree(&engine, command, output),
                 Command::Report(args) => report::report(&engine, args, output),
                 Command::Serve(args) => serve::serve(engine, args),
-                Command::Mcp => serve::mcp(engine),
+                Command::Mcp(args) => serve::mcp(engine, args),
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man

@@ -109,10 +109,12 @@ pub fn verify_checkpoint(
     vkey: &str,
     output: &Output,
 ) -> Result<u8, CliError> {
-    let note = std::fs::read_to_string(checkpoint).map_err(|source| CliError::Io {
-        context: format!("reading checkpoint {}", checkpoint.display()),
-        source,
-    })?;
+    let note = sandlog_runtime::input::read_text_bounded(
+        checkpoint,
+        "checkpoint",
+        sandlog_runtime::proofs::KEY_FILE_BYTES_MAX,
+        "KEY_FILE_BYTES_MAX",
+    )?;
     let key = read_verifier_key(vkey)?;
     let check = engine.verify_checkpoint(&note, &key)?;
     if output.json {
@@ -177,20 +179,21 @@ pub fn evidence(
         }
         EvidenceCommand::Verify { file, vkey } => {
             let limit = sandlog_runtime::core::bundle::BUNDLE_BYTES_MAX;
-            let metadata = std::fs::metadata(&file).map_err(|source| CliError::Io {
-                context: format!("reading bundle {}", file.display()),
-                source,
-            })?;
+            let (opened, metadata) = sandlog_runtime::input::open_regular(&file, "bundle")?;
             if metadata.len() > limit {
                 return Err(CliError::Integrity(format!(
                     "{} is larger than the {limit}-byte limit of a bundle: not a sandlog bundle",
                     file.display()
                 )));
             }
-            let bytes = std::fs::read(&file).map_err(|source| CliError::Io {
-                context: format!("reading bundle {}", file.display()),
-                source,
-            })?;
+            let bytes = sandlog_runtime::input::read_opened_bounded(
+                opened,
+                &metadata,
+                &file,
+                "bundle",
+                limit,
+                "BUNDLE_BYTES_MAX",
+            )?;
             let key = read_verifier_key(&vkey)?;
             let report = verify_bundle(&bytes, &key)?;
             if output.json {
