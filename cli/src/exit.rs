@@ -66,6 +66,27 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A damaged database (SQLite's "malformed" or "not a database" in
+    /// the middle of a command) named by its file, with what to do: its
+    /// errors carry SQLite's words only. Kind and exit code (4) unchanged.
+    pub fn naming_database(self, database: &std::path::Path) -> CliError {
+        let CliError::Runtime(error) = self else {
+            return self;
+        };
+        if error.kind() != "database_corrupt" {
+            return CliError::Runtime(error);
+        }
+        let message = format!(
+            "{} is damaged ({error}): the log cannot be read. Copy the root aside, restore the file from a backup, or recover it with `sqlite3 {} .recover`; `sandlog verify` then checks what was recovered",
+            database.display(),
+            database.display()
+        );
+        CliError::Reworded {
+            source: Box::new(error),
+            message,
+        }
+    }
+
     /// The error as a person should read it. The engine reports a refused
     /// input value (a reason, an execution number, a setting, code that is
     /// not UTF-8) as a payload of schema 0 that "does not decode"; that

@@ -21,10 +21,11 @@ fn main() -> ExitCode {
     // A prune holds one open lease file per session of the batches in
     // flight; the usual soft limit of 1,024 would make them small.
     sandlog_runtime::lifecycle::raise_descriptor_limit();
+    let database = cli.root.join(sandlog_runtime::layout::DATABASE_FILE);
     match commands::run(cli, &output) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            let error = error.for_people();
+            let error = error.for_people().naming_database(&database);
             output.error(&error);
             ExitCode::from(error.exit_code())
         }

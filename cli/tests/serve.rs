@@ -966,3 +966,86 @@ fn public_hosts_allowed_origins_and_named_modules() {
     drop(server);
     drop(dir);
 }
+
+/// Goal: no line a client sends leaves it waiting for ever, and none
+/// stops the MCP server: an over-long line gets an error naming
+/// `MCP_LINE_BYTES_MAX`, a line that is not JSON `-32700`, JSON that is
+/// not a JSON-RPC request `-32600` with its `id`; the server then still
+/// answers a real `initialize`. Method: the real `sandlog mcp` on pipes,
+/// answers read with a deadline.
+#[test]
+fn mcp_answers_every_bad_line_and_keeps_serving() {
+    let (_dir, root) = init();
+    let mut child = sandlog(&root)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, answers) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(value) = serde_json::from_str(&line)
+                && lines.send(value).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let next = || {
+        answers
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the MCP server answered")
+    };
+
+    stdin.write_all(b"{not json\n").unwrap();
+    let parse = next();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert_eq!(parse["id"], Value::Null);
+
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"params\":{}}\n")
+        .unwrap();
+    let invalid = next();
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+    assert_eq!(invalid["id"], 5);
+
+    let mut long = vec![b'x'; 17 * 1024 * 1024];
+    long.push(b'\n');
+    stdin.write_all(&long).unwrap();
+    let too_long = next();
+    assert!(
+        too_long["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("MCP_LINE_BYTES_MAX"),
+        "{too_long}"
+    );
+
+    let initialize = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "1"}
+        }
+    });
+    stdin
+        .write_all(format!("{initialize}\n").as_bytes())
+        .unwrap();
+    let initialized = next();
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    assert!(
+        initialized["result"]["serverInfo"].is_object(),
+        "{initialized}"
+    );
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

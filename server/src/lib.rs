@@ -26,6 +26,7 @@ pub mod executor;
 pub mod guard;
 pub mod limits;
 pub mod mcp;
+pub mod mcp_lines;
 pub mod openapi;
 
 pub use api::{ServeOptions, serve};

@@ -59,7 +59,10 @@ pub fn run(
     let result = runtime.block_on(async move {
         crate::executor::spawn_upkeep(engine_for_upkeep, executor_for_upkeep);
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(crate::mcp_lines::guard(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            ))
             .await
             .map_err(|error| ServeError::Mcp(error.to_string()))?;
         service
