@@ -37,6 +37,7 @@ import collections
 import dataclasses
 import enum
 import fnmatch
+import functools
 import json
 import logging
 import math
@@ -49,7 +50,7 @@ import uuid
 from abc import ABC, abstractmethod
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import Conflict, Engine, Error, InvalidInput, NotFound, Session
 
@@ -119,17 +120,45 @@ _RESERVED_DIRECTORIES = frozenset({"site-packages"})
 _log = logging.getLogger("sandlog.compat")
 
 PathLike = Union[str, "os.PathLike[str]"]
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def _api(function: _Call) -> _Call:
+    """Only :class:`sandlog.Error` subclasses and ``TypeError`` leave the
+    package: a failure of the layout's own file operations (a link, a
+    rename) becomes an :class:`sandlog.Error` naming it."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except (Error, TypeError):
+            raise
+        except UnicodeError as error:
+            raise InvalidInput(f"{function.__name__}: a name that is not valid text: {error}") from error
+        except OSError as error:
+            failure = Error(f"{function.__name__}: {error}")
+            failure.kind = "io"
+            raise failure from error
+
+    return wrapper  # type: ignore[return-value]
 
 
 # Errors
 
 
-class PolicyValidationError(Exception):
-    """An :class:`ExecutionPolicy` with an invalid field (the seed's class)."""
+class PolicyValidationError(InvalidInput):
+    """An :class:`ExecutionPolicy` with an invalid field (the seed's class;
+    also a :class:`sandlog.InvalidInput`)."""
+
+    kind = "invalid_policy"
 
 
-class SandboxExecutionError(Exception):
-    """The sandbox itself failed, not the guest's code (the seed's class)."""
+class SandboxExecutionError(Error):
+    """The sandbox itself failed, not the guest's code (the seed's class;
+    also a :class:`sandlog.Error`)."""
+
+    kind = "sandbox"
 
 
 class SessionFileNotFound(NotFound, FileNotFoundError):
@@ -492,6 +521,10 @@ def _root_text(root: Any) -> str:
     text = os.fspath(root)
     if not isinstance(text, str) or not text or "\0" in text:
         raise InvalidInput(f"workspace_root {root!r}: must be a non-empty path")
+    try:
+        os.fsencode(text)
+    except UnicodeError as error:
+        raise InvalidInput(f"workspace_root {root!r} cannot be a path: {error}") from error
     return text
 
 
@@ -515,6 +548,10 @@ def _check_session_id(session_id: Any, allow_non_uuid: bool = True) -> str:
         raise InvalidInput(f"session_id {session_id!r} must not contain control characters")
     if len(session_id.encode("utf-8", "surrogatepass")) > SESSION_ID_BYTES_MAX:
         raise InvalidInput(f"session_id is {len(session_id.encode('utf-8', 'surrogatepass'))} bytes; at most {SESSION_ID_BYTES_MAX}")
+    try:
+        os.fsencode(session_id)
+    except UnicodeError as error:
+        raise InvalidInput(f"session_id {session_id!r} cannot be a file name: {error}") from error
     if not allow_non_uuid:
         try:
             return str(uuid.UUID(session_id))
@@ -812,6 +849,7 @@ def _root(workspace_root: Any = None, storage_adapter: Any = None) -> _Root:
         return found
 
 
+@_api
 def engine_for(workspace_root: Any = None) -> Engine:
     """The sandlog engine behind ``workspace_root`` (its log, verification,
     evidence); the session ids there are sandlog's (see the links in the
@@ -876,6 +914,7 @@ class BaseSandbox(ABC):
 class _SessionSandbox(BaseSandbox):
     runtime = RuntimeType.PYTHON
 
+    @_api
     def execute(self, code: str, **kwargs: Any) -> SandboxResult:
         """Runs ``code`` in the session, recorded: the code is written to
         ``user_code.py`` (``user_code.js``) as the seed did, the run and
@@ -977,6 +1016,7 @@ def _runtime(runtime: Any) -> RuntimeType:
         raise InvalidInput(f"Unsupported runtime type: {runtime!r} (python or javascript)") from error
 
 
+@_api
 def create_sandbox(
     runtime: RuntimeType = RuntimeType.PYTHON,
     policy: Optional[ExecutionPolicy] = None,
@@ -1032,6 +1072,7 @@ def create_sandbox(
 # Module functions
 
 
+@_api
 def list_session_files(
     session_id: str,
     workspace_root: Optional[PathLike] = None,
@@ -1059,6 +1100,7 @@ def list_session_files(
     return files
 
 
+@_api
 def read_session_file(
     session_id: str,
     relative_path: str,
@@ -1085,6 +1127,7 @@ def read_session_file(
     return data
 
 
+@_api
 def write_session_file(
     session_id: str,
     relative_path: str,
@@ -1120,6 +1163,7 @@ def write_session_file(
     _log_file(logger, "write", seed_id, relative_path, file_size=len(data))
 
 
+@_api
 def delete_session_path(
     session_id: str,
     relative_path: str,
@@ -1149,6 +1193,7 @@ def delete_session_path(
     _log_file(logger, "delete", seed_id, relative_path, recursive=recursive)
 
 
+@_api
 def delete_session_workspace(
     session_id: str,
     workspace_root: Optional[PathLike] = None,
@@ -1172,6 +1217,7 @@ def delete_session_workspace(
         logger.log_session_deleted(seed_id)
 
 
+@_api
 def prune_sessions(
     older_than_hours: float = 24.0,
     workspace_root: Optional[PathLike] = None,
@@ -1267,6 +1313,7 @@ def prune_sessions(
 # import by name.
 
 
+@_api
 def _validate_session_path(session_id: str, relative_path: str, workspace_root: PathLike) -> Path:
     """The seed's check of a session path: the resolved path under
     ``<workspace_root>/<session_id>``, or ``ValueError``."""
@@ -1275,6 +1322,7 @@ def _validate_session_path(session_id: str, relative_path: str, workspace_root: 
     return Path(_root_text(workspace_root)).resolve() / seed_id / path
 
 
+@_api
 def _read_session_metadata(session_id: str, workspace_root: PathLike) -> Optional[SessionMetadata]:
     """The session's ``.metadata.json`` as written, or ``None`` (missing or
     unreadable). sandlog's own record is the log."""
@@ -1285,6 +1333,7 @@ def _read_session_metadata(session_id: str, workspace_root: PathLike) -> Optiona
         return None
 
 
+@_api
 def _update_session_timestamp(session_id: str, workspace_root: PathLike, logger: Optional[SandboxLogger] = None) -> None:
     """Brings the session's ``.metadata.json`` up to date (a recorded host
     write, so also activity); nothing for a session without the file."""
