@@ -115,6 +115,10 @@ PATTERN_BYTES_MAX = 4096
 """Longest ``pattern`` of :func:`list_session_files`, bytes."""
 
 _WORKSPACES = "workspaces"
+_STAGING_PREFIX = "adopting-"
+_STAGING_JOURNAL = ".names.json"
+# Larger seed metadata is corrupted anyway (sandlog's adoption bound).
+_METADATA_BYTES_MAX = 64 * 1024
 _CODE_FILES = {"python": "user_code.py", "javascript": "user_code.js"}
 _RESERVED_DIRECTORIES = frozenset({"site-packages"})
 _log = logging.getLogger("sandlog.compat")
@@ -619,6 +623,31 @@ class _Root:
         path.mkdir(parents=True, exist_ok=True)
         self.engine = Engine.init(self.home)
         self.lock = threading.RLock()
+        self.finish_adoptions()
+
+    def finish_adoptions(self) -> None:
+        """Finishes adoptions a crash interrupted: a directory still staged
+        goes back to its seed name; one the engine adopted gets its link."""
+        for staging in sorted(self.home.glob(f"{_STAGING_PREFIX}*")):
+            try:
+                names = json.loads((staging / _STAGING_JOURNAL).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                names = {}
+            for sandlog_id, session_id in names.items() if isinstance(names, dict) else ():
+                entry = self.path / str(session_id)
+                if os.path.lexists(entry):
+                    continue
+                if (staging / sandlog_id).is_dir():
+                    os.rename(staging / sandlog_id, entry)
+                else:
+                    session = self.session(sandlog_id)
+                    if session is not None and session.status == "active":
+                        os.symlink(self.link(sandlog_id), entry)
+            try:
+                (staging / _STAGING_JOURNAL).unlink()
+                os.rmdir(staging)
+            except OSError:
+                _log.warning("could not finish the interrupted adoption in %s; look inside", staging)
 
     # The link that is the session's directory in the seed's layout.
 
@@ -719,16 +748,25 @@ class _Root:
         if not session_ids:
             return adopted, refused
         with self.lock:
-            staging = Path(tempfile.mkdtemp(prefix="adopting-", dir=self.home))
+            staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=self.home))
             moved: List[Tuple[str, str]] = []
             taken: set = set()
+            names: Dict[str, str] = {}
+            originals: Dict[str, bytes] = {}
             try:
                 for session_id in session_ids:
                     sandlog_id = self.free_id(session_id, taken)
                     taken.add(sandlog_id)
+                    names[sandlog_id] = session_id
+                # The journal names each staged directory's seed id, for a
+                # crash between the move and the link (finish_adoptions).
+                (staging / _STAGING_JOURNAL).write_text(json.dumps(names), encoding="utf-8")
+                for sandlog_id, session_id in names.items():
                     directory = self.path / session_id
                     if sandlog_id != session_id:
-                        _rename_metadata_id(directory / METADATA_FILE, session_id, sandlog_id)
+                        original = _rename_metadata_id(directory / METADATA_FILE, session_id, sandlog_id)
+                        if original is not None:
+                            originals[session_id] = original
                     os.rename(directory, staging / sandlog_id)
                     moved.append((session_id, sandlog_id))
                 result = self.engine.adopt(staging)
@@ -741,12 +779,15 @@ class _Root:
                     else:
                         refused[session_id] = reasons.get(sandlog_id, "not adopted")
             finally:
-                # Whatever was not adopted goes back where it was.
+                # Whatever was not adopted goes back where it was, as it was.
                 for session_id, sandlog_id in moved:
                     if session_id not in adopted and (staging / sandlog_id).exists():
                         os.rename(staging / sandlog_id, self.path / session_id)
                         refused.setdefault(session_id, "not adopted")
+                        if session_id in originals:
+                            (self.path / session_id / METADATA_FILE).write_bytes(originals[session_id])
                 try:
+                    (staging / _STAGING_JOURNAL).unlink()
                     os.rmdir(staging)
                 except OSError:
                     _log.warning("left %s behind after an adoption", staging)
@@ -787,19 +828,23 @@ class _Root:
             return None
 
 
-def _rename_metadata_id(path: Path, seed_id: str, sandlog_id: str) -> None:
+def _rename_metadata_id(path: Path, seed_id: str, sandlog_id: str) -> Optional[bytes]:
     """The seed's metadata names a session by its directory; sandlog's
     adoption checks it names the session's UUID. Rewritten only when it
-    names ``seed_id`` (anything else stays, and is found corrupted)."""
+    names ``seed_id`` (anything else stays, and is found corrupted);
+    returns the original bytes when it was rewritten."""
     try:
-        if path.is_symlink() or not path.is_file():
-            return
-        data = json.loads(path.read_bytes())
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _METADATA_BYTES_MAX:
+            return None
+        original = path.read_bytes()
+        data = json.loads(original)
     except (OSError, ValueError):
-        return
-    if isinstance(data, dict) and data.get("session_id") == seed_id:
-        data["session_id"] = sandlog_id
-        path.write_text(json.dumps(data), encoding="utf-8")
+        return None
+    if not isinstance(data, dict) or data.get("session_id") != seed_id:
+        return None
+    data["session_id"] = sandlog_id
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return original
 
 
 def _metadata_problem(path: Path) -> str:
@@ -1267,7 +1312,7 @@ def prune_sessions(
         names = root.linked()
         ages: Dict[str, Tuple[float, int]] = {}
         now = _now()
-        for sandlog_id in names:
+        for sandlog_id in names if logger is not None else ():
             session = root.session(sandlog_id)
             if session is not None and session.updated_at is not None:
                 ages[sandlog_id] = ((now - session.updated_at).total_seconds() / 3600, session.bytes)

@@ -283,3 +283,21 @@ def test_the_shim_only_re_exports(shim: None) -> None:
             assert getattr(module, exported) is getattr(compat, exported)
     sessions = importlib.import_module("sandbox.sessions")
     assert sessions._validate_session_path is compat._validate_session_path
+
+
+def test_an_interrupted_adoption_is_finished(root: Path) -> None:
+    # A crash left one directory staged (moved, not adopted) and one adopted
+    # without its link: the next use of the root puts both right.
+    sandlog.Engine.init(root / ".sandlog").close()
+    staging = root / ".sandlog" / "adopting-crashed"
+    staged, adopted = str(uuid.uuid4()), str(uuid.uuid4())
+    (staging / staged).mkdir(parents=True)
+    (staging / staged / "a.txt").write_text("staged")
+    elsewhere = root.parent / "elsewhere"
+    (elsewhere / adopted).mkdir(parents=True)
+    with sandlog.Engine.open(root / ".sandlog") as engine:
+        assert engine.adopt(elsewhere).legacy == [adopted]
+    (staging / ".names.json").write_text(json.dumps({staged: "was-staged", adopted: "was-adopted"}))
+    assert compat.list_session_files("was-staged", workspace_root=root) == ["a.txt"]
+    assert os.readlink(root / "was-adopted") == f".sandlog/workspaces/{adopted}"
+    assert not staging.exists()
