@@ -116,6 +116,7 @@ PATTERN_BYTES_MAX = 4096
 
 _WORKSPACES = "workspaces"
 _STAGING_PREFIX = "adopting-"
+_WASM32_MEMORY_MAX = 4 * 1024**3
 _STAGING_JOURNAL = ".names.json"
 # Larger seed metadata is corrupted anyway (sandlog's adoption bound).
 _METADATA_BYTES_MAX = 64 * 1024
@@ -249,8 +250,9 @@ def _default_env() -> Dict[str, str]:
 class ExecutionPolicy(_Model):
     """The seed's execution limits, with its defaults, mapped onto sandlog's:
     ``fuel_budget`` is the run's fuel, ``memory_bytes`` its memory cap,
-    ``timeout_seconds`` its timeout (``None``: sandlog's default, which the
-    seed did not have), ``stdout_max_bytes`` and ``stderr_max_bytes`` cut
+    ``timeout_seconds`` its timeout (``None`` or 0: sandlog's default, where
+    the seed had none), ``memory_bytes`` past 4 GiB is 4 GiB (all a wasm32
+    guest can address), ``stdout_max_bytes`` and ``stderr_max_bytes`` cut
     the returned output. ``mount_data_dir`` (at ``guest_data_path``,
     default ``/data``) and ``additional_readonly_mounts`` become the
     read-only directories of a session :func:`create_sandbox` creates.
@@ -987,9 +989,11 @@ class _SessionSandbox(BaseSandbox):
             sandlog_id,
             code,
             runtime=runtime,
-            timeout=policy.timeout_seconds,
+            # The seed ran without a timeout when it was 0 (falsy), as with None.
+            timeout=policy.timeout_seconds or None,
             fuel=policy.fuel_budget,
-            memory=policy.memory_bytes,
+            # A wasm32 guest cannot address more: a larger cap is no cap.
+            memory=min(policy.memory_bytes, _WASM32_MEMORY_MAX),
         )
         root.write_metadata(self.session_id, sandlog_id)
         changed = [path for path in execution.files_written if path not in (code_file, METADATA_FILE)]

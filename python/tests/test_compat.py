@@ -218,6 +218,8 @@ def test_policy(root: Path) -> None:
     small = compat.create_sandbox(workspace_root=root, policy=compat.ExecutionPolicy(fuel_budget=1000))
     starved = small.execute("print(sum(range(10**7)))")
     assert not starved.success and starved.metadata["trap_reason"] == "out_of_fuel"
+    roomy = compat.ExecutionPolicy(memory_bytes=2**40, timeout_seconds=0)  # no cap, no timeout in the seed
+    assert compat.create_sandbox(workspace_root=root, policy=roomy).execute("print(1)").success
     short = compat.create_sandbox(workspace_root=root, policy=compat.ExecutionPolicy(stdout_max_bytes=5))
     cut = short.execute("print('0123456789')")
     assert cut.stdout == "01234" and cut.metadata["stdout_truncated"]
