@@ -21,9 +21,10 @@ behind it is ``<workspace_root>/.sandlog/``, and each session's directory is
 a symbolic link to the sandlog workspace it names. A directory another part
 of the platform made there (with or without the seed's ``.metadata.json``)
 is adopted on first use, in place, and recorded as adopted. The session ids
-are the seed's, UUIDs or not; a sandlog session has a UUID, which is the
-seed's id when that is a free UUID, else a UUIDv5 of it (the link says
-which). Every change is recorded in the root's log; ``.metadata.json`` in
+are the seed's, UUIDs or not; a sandlog session has a UUID (an adopted
+directory's name when that is a UUID not yet in the log, else its UUIDv5
+in :data:`SEED_ID_NAMESPACE`; a session created here, a new one labelled
+``seed_session_id``), and the link says which. Every change is recorded in the root's log; ``.metadata.json`` in
 each workspace is kept current for tools that read it, and the log stays
 the truth: an edited metadata file changes nothing in sandlog.
 
