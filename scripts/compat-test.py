@@ -195,6 +195,11 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable, help="python with the sandlog package (default: this one)")
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
+    runtimes = os.environ.get("SANDLOG_RUNTIMES_DIR")
+    if not runtimes or not (Path(runtimes) / "python.wasm").is_file():
+        # Each test makes a new root, which has no runtimes of its own.
+        print("compat-test: set SANDLOG_RUNTIMES_DIR to the pinned runtimes (make compat-test does)", file=sys.stderr)
+        return 1
     work = args.target.resolve()
     work.mkdir(parents=True, exist_ok=True)
 
