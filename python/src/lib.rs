@@ -720,6 +720,14 @@ impl PyEngine {
         })
     }
 
+    /// Records changes made in the session's workspace outside sandlog
+    /// (`sandlog session sync`); the report as JSON.
+    fn sync_session(&self, py: Python<'_>, session_id: &str) -> PyResult<String> {
+        self.with(py, |engine| {
+            json(&engine.sync_session(self::session_id(session_id)?)?)
+        })
+    }
+
     fn adopt(&self, py: Python<'_>, source: PathBuf) -> PyResult<String> {
         self.with(py, move |engine| json(&engine.adopt(&source, &|_, _| {})?))
     }

@@ -659,3 +659,18 @@ def test_executions_are_recorded_with_their_evidence(engine: sandlog.Engine, sid
     assert [record["outcome"] for record in records] == ["ok", "error"]
     assert "print('hello')" in str(records[0]["code"])
     assert "hello" in str(records[0]["stdout"])
+
+
+def test_sync_session_records_changes_made_beside_sandlog(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "kept.txt", b"kept")
+    engine.write_file(sid, "gone.txt", b"gone")
+    workspace = Path(engine.root) / "workspaces" / sid
+    (workspace / "made.txt").write_bytes(b"made beside")
+    (workspace / "gone.txt").unlink()
+    synced = engine.sync_session(sid)
+    assert synced.recorded and synced.files_written == ["made.txt"] and synced.files_deleted == ["gone.txt"]
+    assert sorted(file.path for file in engine.list_files(sid)) == ["kept.txt", "made.txt"]
+    assert [event["kind"] for event in engine.log(session_id=sid)][-1] in ("file.written", "file.deleted")
+    assert not engine.sync_session(sid).recorded  # nothing changed since
+    with pytest.raises(sandlog.NotFound):
+        engine.sync_session(str(uuid.uuid4()))
