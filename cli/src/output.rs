@@ -38,6 +38,8 @@ pub struct Output {
     pub wide: bool,
     /// `--format tsv`: tables as tab-separated values.
     pub tsv: bool,
+    /// `--format ocsf`: `log` prints OCSF records.
+    pub ocsf: bool,
     /// Notes for a person on stderr, such as why the first execution takes
     /// seconds (a terminal, not `--quiet`; `--json` keeps them: they never
     /// touch stdout).
@@ -63,6 +65,7 @@ impl Output {
             store: cli.store.clone().filter(|store| !store.is_empty()),
             node: cli.node.clone(),
             tsv: cli.format == TableFormat::Tsv,
+            ocsf: cli.format == TableFormat::Ocsf,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),
         }

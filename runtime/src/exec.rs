@@ -220,12 +220,14 @@ impl Engine {
                 max: CODE_BYTES_MAX,
             });
         }
+        let queued = Instant::now();
         let lock = self.lock_session(session_id);
         let _guard: MutexGuard<'_, ()> =
             lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Held through the run and the append: the workspace is never
         // removed under the guest.
         let (_lease, session) = self.lease_active(session_id)?;
+        self.metrics.queue_wait(queued.elapsed());
         let (module, args, stdin) = self.prepare(request)?;
         let mut limits = self.limits(&request.limits);
         // The session's size limit caps what the guest may leave.
@@ -349,6 +351,8 @@ impl Engine {
             )?)
         })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        self.metrics
+            .execution(&request.runtime, outcome, report.duration);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
         self.maybe_checkpoint(false);
         Ok(Execution {
@@ -370,7 +374,7 @@ impl Engine {
         })
     }
 
-    fn runtimes_dir(&self) -> PathBuf {
+    pub(crate) fn runtimes_dir(&self) -> PathBuf {
         self.options
             .runtimes_dir
             .clone()
@@ -379,7 +383,7 @@ impl Engine {
     }
 
     /// Where a runtime's module is.
-    fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
+    pub(crate) fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
         match runtime {
             Runtime::Python => self.runtimes_dir().join("python.wasm"),
             Runtime::JavaScript => self.runtimes_dir().join("quickjs.wasm"),

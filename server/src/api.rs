@@ -92,6 +92,14 @@ impl AppState {
             stopping,
         }
     }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub(crate) fn executor(&self) -> &Arc<dyn Executor> {
+        &self.executor
+    }
 }
 
 /// One route: its method, its path (axum syntax), what it does, and its
@@ -151,6 +159,33 @@ pub fn routes() -> Vec<Route> {
             None,
             JSON,
             get(health),
+        ),
+        route(
+            Method::GET,
+            "/healthz",
+            "Liveness: the process answers → {\"ok\": true, \"version\"}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::healthz),
+        ),
+        route(
+            Method::GET,
+            "/readyz",
+            "Readiness: the log writable, runtimes present, disk space → 200 or 503 with {\"ready\", \"checks\": [{\"name\", \"ok\", \"detail\", \"fix\"}]}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::readyz),
+        ),
+        route(
+            Method::GET,
+            "/metrics",
+            "Metrics in the Prometheus (OpenMetrics) text format (docs/operations.md)",
+            &[],
+            None,
+            "application/openmetrics-text",
+            get(crate::ops::metrics),
         ),
         route(
             Method::POST,
@@ -329,6 +364,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::ops::count_requests,
+        ))
         .with_state(state)
 }
 
