@@ -12,6 +12,8 @@
 //! | `session.pruned` / `.deleted` | Entity Management (3004) | Delete |
 //! | anything else (intents, prune runs, settings, ...) | Base Event (0) | Other |
 //!
+//! Entity Management records declare the Host profile
+//! (`metadata.profiles`), whose `actor` and `device` they carry.
 //! Every record carries the event's position as `metadata.sequence`, its
 //! id as `metadata.uid`, its correlation id as `metadata.correlation_uid`,
 //! and under `unmapped.sandlog` the position, the chain hash, the previous
@@ -189,6 +191,11 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
     });
     if let Some(correlation) = envelope.correlation_id {
         metadata["correlation_uid"] = json!(correlation.to_string());
+    }
+    if class_uid == ENTITY_MANAGEMENT.0 {
+        // Outside the System Activity classes, `actor` and `device` are
+        // the Host profile's.
+        metadata["profiles"] = json!(["host"]);
     }
     fields.insert("metadata".into(), metadata);
     fields.insert("time".into(), json!(time));
