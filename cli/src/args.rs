@@ -94,7 +94,8 @@ pub struct Cli {
     pub wide: bool,
 
     /// How human output prints tables: aligned columns, or tab-separated
-    /// values with full ids and no colour for shell pipelines.
+    /// values with full ids and no colour for shell pipelines; `ocsf`, for
+    /// `log` only, prints events as OCSF records for a SIEM.
     #[arg(long, global = true, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
 
