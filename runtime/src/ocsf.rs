@@ -73,7 +73,7 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
                 "cmd_line": argv.join(" "),
             });
             if let Some(name) = argv.first() {
-                process["name"] = json!(name);
+                set(&mut process, "name", json!(name));
             }
             fields.insert("process".into(), process);
             (PROCESS_ACTIVITY, 1, "Launch")
@@ -117,10 +117,13 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
             let mut file =
                 json!({ "name": name, "path": path, "type_id": 1, "type": "Regular File" });
             let activity = if envelope.kind == "file.written" {
-                file["size"] = field("size");
+                set(&mut file, "size", field("size"));
                 if let Some(hash) = text(field("blake3")) {
-                    file["hashes"] =
-                        json!([{ "algorithm_id": 99, "algorithm": "BLAKE3", "value": hash }]);
+                    set(
+                        &mut file,
+                        "hashes",
+                        json!([{ "algorithm_id": 99, "algorithm": "BLAKE3", "value": hash }]),
+                    );
                 }
                 (FILE_ACTIVITY, 3, "Update")
             } else {
@@ -133,7 +136,7 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
         | "session.released" | "session.pruned" | "session.deleted") => {
             let mut entity = json!({ "type": "sandlog session" });
             if let Some(session) = &session {
-                entity["uid"] = json!(session);
+                set(&mut entity, "uid", json!(session));
             }
             if kind == "session.created" {
                 let mut data = Map::new();
@@ -142,7 +145,7 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
                         data.insert(name.into(), value.clone());
                     }
                 }
-                entity["data"] = Value::Object(data);
+                set(&mut entity, "data", Value::Object(data));
             }
             fields.insert("entity".into(), entity);
             match kind {
@@ -157,7 +160,7 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
     if class_uid != BASE_EVENT.0 {
         let mut actor = json!({ "user": { "name": envelope.actor } });
         if let Some(session) = &session {
-            actor["session"] = json!({ "uid": session });
+            set(&mut actor, "session", json!({ "uid": session }));
         }
         fields.insert("actor".into(), actor);
         fields.insert(
@@ -190,12 +193,16 @@ pub fn record(envelope: &Envelope, node: &str) -> Value {
         "logged_time": time,
     });
     if let Some(correlation) = envelope.correlation_id {
-        metadata["correlation_uid"] = json!(correlation.to_string());
+        set(
+            &mut metadata,
+            "correlation_uid",
+            json!(correlation.to_string()),
+        );
     }
     if class_uid == ENTITY_MANAGEMENT.0 {
         // Outside the System Activity classes, `actor` and `device` are
         // the Host profile's.
-        metadata["profiles"] = json!(["host"]);
+        set(&mut metadata, "profiles", json!(["host"]));
     }
     fields.insert("metadata".into(), metadata);
     fields.insert("time".into(), json!(time));
@@ -240,6 +247,13 @@ fn status(fields: &mut Map<String, Value>, ok: bool, detail: &str) {
     fields.insert("status".into(), json!(name));
     if !detail.is_empty() {
         fields.insert("status_detail".into(), json!(detail));
+    }
+}
+
+/// Sets a field of a JSON object (`value` is always one here).
+fn set(value: &mut Value, name: &str, field: Value) {
+    if let Value::Object(fields) = value {
+        fields.insert(name.into(), field);
     }
 }
 
