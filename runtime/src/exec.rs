@@ -208,7 +208,50 @@ impl Engine {
     /// here, a warm kernel in [`crate::kernel`]). `run` gets the one-shot
     /// request and returns the report, and whether the guest ran in a warm
     /// kernel (`None`: one-shot), which `session.executed` records.
+    ///
+    /// Runs in a span of its own under the `sandlog::otel` target (the
+    /// session, the correlation id, the outcome and the positions of the
+    /// events appended), which a front end may export as a trace.
     pub(crate) fn execute_with(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        run: impl FnOnce(RunContext<'_>) -> Result<(RunReport, Option<bool>)>,
+    ) -> Result<Execution> {
+        let span = tracing::info_span!(
+            target: "sandlog::otel",
+            "execute",
+            sandlog.session_id = %session_id,
+            sandlog.correlation_id = tracing::field::Empty,
+            sandlog.runtime = %request.runtime.name(),
+            sandlog.outcome = tracing::field::Empty,
+            sandlog.position.first = tracing::field::Empty,
+            sandlog.position.last = tracing::field::Empty,
+            sandlog.error = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.execute_recorded(session_id, request, run);
+        }
+        if let Some(correlation) = self.options.correlation_id {
+            span.record(
+                "sandlog.correlation_id",
+                tracing::field::display(correlation),
+            );
+        }
+        let _entered = span.enter();
+        let result = self.execute_recorded(session_id, request, run);
+        match &result {
+            Ok(execution) => {
+                span.record("sandlog.outcome", execution.outcome.as_str());
+            }
+            Err(error) => {
+                span.record("sandlog.error", error.kind());
+            }
+        }
+        result
+    }
+
+    fn execute_recorded(
         &self,
         session_id: SessionId,
         request: &ExecRequest,
@@ -351,6 +394,14 @@ impl Engine {
             )?)
         })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        // As signed integers: OpenTelemetry's integer attributes are i64.
+        let signed = |position: u64| i64::try_from(position).unwrap_or(i64::MAX);
+        let span = tracing::Span::current();
+        span.record("sandlog.position.first", signed(position));
+        span.record(
+            "sandlog.position.last",
+            signed(envelopes.last().map_or(0, |envelope| envelope.position.0)),
+        );
         self.metrics
             .execution(&request.runtime, outcome, report.duration);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");

@@ -505,8 +505,11 @@ where
         .await
         .map_err(|_| ApiError::internal("the server is shutting down"))?;
     let engine = state.engine.clone();
+    // The engine's spans (an execution's) belong to the request's.
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        let _entered = span.enter();
         work(&engine)
     })
     .await

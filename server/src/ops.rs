@@ -16,6 +16,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tracing::Instrument as _;
 
 use crate::api::AppState;
 use crate::error::{ApiError, ErrorKind};
@@ -90,7 +91,22 @@ pub(crate) async fn count_requests(
         Method::PATCH => "PATCH",
         _ => "other",
     };
-    let response = next.run(request).await;
+    // The request's span (exported as a trace when the OTEL_* variables
+    // ask for it); engine calls made for it run inside it.
+    let span = tracing::info_span!(
+        target: "sandlog::otel",
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        http.request.method = method,
+        http.route = route.as_str(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let response = next.run(request).instrument(span.clone()).await;
+    // An i64: OpenTelemetry's integer attributes are signed.
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
     let metrics = state.engine().metrics();
     if let Some(ErrorKind(kind)) = response.extensions().get::<ErrorKind>() {
         metrics.error(kind);

@@ -1,20 +1,28 @@
 """Operations, checked with the tools operators run: `sandlog serve`'s
 `/metrics` parsed by Prometheus's own Python parser (the OpenMetrics one
-of `prometheus-client`), its values moving as executions run; and every
-line of `sandlog log --format ocsf` validated against the published OCSF
-schema (OCSF 1.1.0 as shipped by the `ocsf-json-schema` package, as JSON
-Schema, checked by `jsonschema`). Packages pinned in the Makefile; run by
-`make mcp-test`, which sets SANDLOG_BIN to the built binary."""
+of `prometheus-client`), its values moving as executions run; its traces
+received by an OTLP/HTTP receiver built on the official
+`opentelemetry-proto` messages; and every line of `sandlog log --format
+ocsf` validated against the published OCSF schema (OCSF 1.1.0 as shipped
+by the `ocsf-json-schema` package, as JSON Schema, checked by
+`jsonschema`). Packages pinned in the Makefile; run by `make mcp-test`,
+which sets SANDLOG_BIN to the built binary."""
 
+import http.server
 import json
 import os
 import subprocess
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 
 import jsonschema
 from ocsf_json_schema import OcsfJsonSchemaEmbedded, get_ocsf_schema
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 
@@ -39,12 +47,13 @@ def sandlog(root, *args, check=True):
 
 
 class Server:
-    def __init__(self, root):
+    def __init__(self, root, env=None):
         self.process = subprocess.Popen(
             [sandlog_bin(), "--root", str(root), "serve", "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
+            env=dict(os.environ, **(env or {})),
         )
         line = self.process.stdout.readline().strip()
         assert line.startswith("listening on http://"), line
@@ -171,6 +180,103 @@ def test_metrics_move_as_executions_run():
             assert sample(after, "sandlog_kernels_started_total") >= 1
         finally:
             server.close()
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP trace receiver on loopback: decodes each POST to
+    /v1/traces as the protocol's ExportTraceServiceRequest and keeps its
+    spans with their resource's attributes."""
+
+    def __init__(self):
+        self.spans = []
+        self.paths = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.paths.append((self.path, self.headers.get("Content-Type")))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource_spans in request.resource_spans:
+                    resource = attributes(resource_spans.resource.attributes)
+                    for scope_spans in resource_spans.scope_spans:
+                        for span in scope_spans.spans:
+                            receiver.spans.append((resource, span))
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def attributes(pairs):
+    values = {}
+    for pair in pairs:
+        kind = pair.value.WhichOneof("value")
+        values[pair.key] = getattr(pair.value, kind) if kind else None
+    return values
+
+
+def test_traces_reach_an_otlp_receiver_with_their_attributes():
+    receiver = OtlpReceiver()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        sandlog(root, "init")
+        server = Server(
+            root,
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            },
+        )
+        try:
+            status, _, body = server.request("POST", "/v1/sessions", {})
+            assert status == 201, body
+            session = json.loads(body)["session_id"]
+            status, _, body = server.request(
+                "POST", f"/v1/sessions/{session}/exec", {"code": "print(1)"}
+            )
+            assert status == 200, body
+            position = json.loads(body)["position"]
+        finally:
+            # SIGTERM: the server drains, and the exporter sends what is left.
+            server.close()
+        receiver.close()
+        assert receiver.paths and all(
+            path == "/v1/traces" and kind == "application/x-protobuf"
+            for path, kind in receiver.paths
+        ), receiver.paths
+        spans = [(resource, span, attributes(span.attributes)) for resource, span in receiver.spans]
+        assert all(resource.get("service.name") == "sandlog" for resource, _, _ in spans)
+        executes = [(span, attrs) for _, span, attrs in spans if span.name == "execute"]
+        assert len(executes) == 1, [span.name for _, span, _ in spans]
+        execute, attrs = executes[0]
+        assert attrs["sandlog.session_id"] == session, attrs
+        assert attrs["sandlog.outcome"] == "ok", attrs
+        assert attrs["sandlog.runtime"] == "python", attrs
+        assert attrs["sandlog.position.first"] == position, attrs
+        assert attrs["sandlog.position.last"] >= position, attrs
+        requests = {span.span_id: (span, attrs) for _, span, attrs in spans if span.name.startswith("POST ")}
+        parent, parent_attrs = requests[execute.parent_span_id]
+        assert parent.name == "POST /v1/sessions/{id}/exec", parent.name
+        assert parent.trace_id == execute.trace_id
+        assert parent_attrs["http.route"] == "/v1/sessions/{id}/exec", parent_attrs
+        assert parent_attrs["http.response.status_code"] == 200, parent_attrs
+        # The span links to the log: its first position is the execution's event.
+        event = json.loads(sandlog(root, "--json", "log", "--from", str(position), "--limit", "1").stdout)
+        assert event["kind"] == "session.executed" and event["position"] == position
 
 
 OCSF_VERSION = "1.1.0"
