@@ -355,9 +355,10 @@ pub fn advance(progress: &Progress) -> impl Fn(u64, u64) + Sync + '_ {
 /// the last ones (see `crate::otel`).
 #[cfg(feature = "otel")]
 pub type TracingGuard = Option<crate::otel::Guard>;
-/// What `main` keeps until it returns (nothing: no traces in this build).
+/// What `main` keeps until it returns (nothing to send: no traces in this
+/// build).
 #[cfg(not(feature = "otel"))]
-pub type TracingGuard = ();
+pub struct TracingGuard;
 
 /// Sets up `tracing` on stderr: warnings by default, `-v` info, `-vv`
 /// debug, `-vvv` trace, `-q` errors only; `RUST_LOG` overrides. With the
@@ -395,5 +396,6 @@ pub fn init_tracing(cli: &Cli) -> TracingGuard {
     #[cfg(not(feature = "otel"))]
     {
         let _ = registry.try_init();
+        TracingGuard
     }
 }
