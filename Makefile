@@ -4,7 +4,8 @@
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
 #   make test   the full test suite (what CI runs), the Python package's too
 #   make python-test   build the Python package into target/venv, run its tests
-#   make mcp-test   drive `sandlog mcp` with the official MCP Python client
+#   make mcp-test   drive `sandlog mcp` with the official MCP Python client,
+#                   and check `serve`'s /metrics and `log --format ocsf`
 #   make compat-test   the seed system's own session tests against sandlog.compat
 
 RUNTIMES_DIR ?= $(CURDIR)/.runtimes
@@ -20,6 +21,15 @@ MATURIN_VERSION := 1.16.0
 PYTEST_VERSION := 9.2.0
 # The official MCP client, for `make mcp-test`.
 MCP_VERSION := 2.3.0
+# What `make mcp-test`'s operations tests check with (server/tests/python/
+# test_ops.py): Prometheus's own parser for /metrics; the official OTLP
+# messages for a trace receiver; the published OCSF schema (shipped by
+# ocsf-json-schema) as JSON Schema, checked by jsonschema.
+PROMETHEUS_CLIENT_VERSION := 0.26.0
+OCSF_JSON_SCHEMA_VERSION := 1.2.0
+JSONSCHEMA_VERSION := 4.26.0
+OTEL_PROTO_VERSION := 1.45.2
+OPS_TEST_STAMP := $(VENV)/.ops-$(PROMETHEUS_CLIENT_VERSION)-$(OCSF_JSON_SCHEMA_VERSION)-$(JSONSCHEMA_VERSION)-$(OTEL_PROTO_VERSION)
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # What maturin sets for cargo. pyo3's build script reruns when any of these
 # change, so the workspace's cargo commands below run with the same values:
@@ -64,7 +74,14 @@ $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION): $(VENV)/.tools-$(MATURIN_VERSION)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_VERSION)"
 	touch $@
 
-mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION)
+$(OPS_TEST_STAMP): $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		"prometheus-client==$(PROMETHEUS_CLIENT_VERSION)" \
+		"ocsf-json-schema==$(OCSF_JSON_SCHEMA_VERSION)" "jsonschema==$(JSONSCHEMA_VERSION)" \
+		"opentelemetry-proto==$(OTEL_PROTO_VERSION)"
+	touch $@
+
+mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION) $(OPS_TEST_STAMP)
 	$(PYO3_ENV) cargo build -p sandlog-cli
 	SANDLOG_BIN=$(CARGO_TARGET_DIR)/debug/sandlog SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) \
 		$(VENV)/bin/python -m pytest server/tests/python -q -p no:cacheprovider

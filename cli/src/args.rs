@@ -94,7 +94,8 @@ pub struct Cli {
     pub wide: bool,
 
     /// How human output prints tables: aligned columns, or tab-separated
-    /// values with full ids and no colour for shell pipelines.
+    /// values with full ids and no colour for shell pipelines; `ocsf`, for
+    /// `log` only, prints events as OCSF records for a SIEM.
     #[arg(long, global = true, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
 
@@ -122,6 +123,9 @@ pub enum TableFormat {
     Table,
     /// Tab-separated values, one row a line, for `cut`, `awk`, `sort`.
     Tsv,
+    /// `log` only: one OCSF JSON record a line (Open Cybersecurity Schema
+    /// Framework 1.1.0), for a SIEM.
+    Ocsf,
 }
 
 /// Log output formats.
@@ -221,6 +225,12 @@ pub enum Command {
     ExportMetadata(ExportArgs),
     /// Counts, bytes, log size and cleanup statistics.
     Stats,
+    /// Check that the root can do its work, as `GET /readyz` does: it
+    /// opens, the log and the workspaces are writable, the log reads at
+    /// its head, python.wasm and quickjs.wasm are present, the disk has
+    /// room. Prints each check with the fix for a failure; exits 1 if any
+    /// failed.
+    Doctor(DoctorArgs),
     /// Print shell completions.
     Completions(CompletionsArgs),
     /// Print the man page (roff).
@@ -810,6 +820,14 @@ pub struct LogArgs {
     /// checkpoint may print again, none is skipped.
     #[arg(long, value_name = "NAME", value_parser = parse_consumer_name)]
     pub checkpoint: Option<String>,
+}
+
+/// `doctor` arguments.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Free space the root's filesystem must have (`256MiB`, `10GB`).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub min_free: String,
 }
 
 /// `replay` arguments.

@@ -831,6 +831,20 @@ class Engine:
             missing_blobs=list(raw.get("missing_blobs", [])),
         )
 
+    def metrics(self) -> Dict[str, float]:
+        """This engine's metrics since it was opened, as ``sandlog serve``
+        exposes them at ``/metrics`` (docs/operations.md): each sample's
+        name with its labels, as the Prometheus text format writes it, to
+        its value, e.g. ``'sandlog_executions_total{runtime="python",outcome="ok"}'``;
+        a histogram as its ``_bucket``, ``_count`` and ``_sum`` samples."""
+        values: Dict[str, float] = {}
+        for line in self._native.metrics_text().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            values[sample] = float(value)
+        return values
+
     def reconcile(self, dry_run: bool = False) -> ReconcileResult:
         """Brings the disk in line with the log: finishes interrupted
         prunes and deletes, quarantines orphan directories, records drift."""

@@ -651,6 +651,10 @@ impl PyEngine {
         self.with(py, |engine| json(&engine.verify(None, &|_| {})?))
     }
 
+    fn metrics_text(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |engine| Ok(engine.metrics_text()))
+    }
+
     fn reconcile(&self, py: Python<'_>, dry_run: bool) -> PyResult<String> {
         self.with(py, move |engine| {
             let options = ReconcileOptions {

@@ -147,6 +147,10 @@ pub struct Engine {
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
     /// The root settings as of a version of the system stream.
     pub(crate) settings_cache: Mutex<Option<SettingsAsOf>>,
+    /// What this engine counted (see [`crate::metrics`]).
+    pub(crate) metrics: crate::metrics::Metrics,
+    /// What [`Engine::health`] holds the root to.
+    pub(crate) health_options: Mutex<crate::health::HealthOptions>,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -436,6 +440,8 @@ impl Engine {
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
             settings_cache: Mutex::new(None),
+            metrics: crate::metrics::Metrics::new(),
+            health_options: Mutex::new(crate::health::HealthOptions::default()),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left

@@ -241,7 +241,50 @@ impl Engine {
     /// here, a warm kernel in [`crate::kernel`]). `run` gets the one-shot
     /// request and returns the report, and whether the guest ran in a warm
     /// kernel (`None`: one-shot), which `session.executed` records.
+    ///
+    /// Runs in a span of its own under the `sandlog::otel` target (the
+    /// session, the correlation id, the outcome and the positions of the
+    /// events appended), which a front end may export as a trace.
     pub(crate) fn execute_with(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        run: impl FnOnce(RunContext<'_>) -> Result<(RunReport, Option<bool>)>,
+    ) -> Result<Execution> {
+        let span = tracing::info_span!(
+            target: "sandlog::otel",
+            "execute",
+            sandlog.session_id = %session_id,
+            sandlog.correlation_id = tracing::field::Empty,
+            sandlog.runtime = %request.runtime.name(),
+            sandlog.outcome = tracing::field::Empty,
+            sandlog.position.first = tracing::field::Empty,
+            sandlog.position.last = tracing::field::Empty,
+            sandlog.error = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.execute_recorded(session_id, request, run);
+        }
+        if let Some(correlation) = self.options.correlation_id {
+            span.record(
+                "sandlog.correlation_id",
+                tracing::field::display(correlation),
+            );
+        }
+        let _entered = span.enter();
+        let result = self.execute_recorded(session_id, request, run);
+        match &result {
+            Ok(execution) => {
+                span.record("sandlog.outcome", execution.outcome.as_str());
+            }
+            Err(error) => {
+                span.record("sandlog.error", error.kind());
+            }
+        }
+        result
+    }
+
+    fn execute_recorded(
         &self,
         session_id: SessionId,
         request: &ExecRequest,
@@ -257,10 +300,12 @@ impl Engine {
         // workspace is never removed under the guest, and the session's
         // other writers (in any process) wait their turn, so the scan
         // after the run sees only what this guest did.
+        let queued = Instant::now();
         let (_hold, session) = self.hold_for_writing(
             session_id,
             request.limits.wait.unwrap_or_else(|| self.session_wait()),
         )?;
+        self.metrics.queue_wait(queued.elapsed());
         let (module, args, stdin) = self.prepare(request)?;
         let mut limits = self.limits(&request.limits);
         // The session's size limit caps what the guest may leave.
@@ -384,6 +429,16 @@ impl Engine {
             )?)
         })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        // As signed integers: OpenTelemetry's integer attributes are i64.
+        let signed = |position: u64| i64::try_from(position).unwrap_or(i64::MAX);
+        let span = tracing::Span::current();
+        span.record("sandlog.position.first", signed(position));
+        span.record(
+            "sandlog.position.last",
+            signed(envelopes.last().map_or(0, |envelope| envelope.position.0)),
+        );
+        self.metrics
+            .execution(&request.runtime, outcome, report.duration);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
         self.maybe_checkpoint(false);
         Ok(Execution {
@@ -405,7 +460,7 @@ impl Engine {
         })
     }
 
-    fn runtimes_dir(&self) -> PathBuf {
+    pub(crate) fn runtimes_dir(&self) -> PathBuf {
         self.options
             .runtimes_dir
             .clone()
@@ -414,7 +469,7 @@ impl Engine {
     }
 
     /// Where a runtime's module is.
-    fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
+    pub(crate) fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
         match runtime {
             Runtime::Python => self.runtimes_dir().join("python.wasm"),
             Runtime::JavaScript => self.runtimes_dir().join("quickjs.wasm"),

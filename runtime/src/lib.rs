@@ -18,13 +18,16 @@
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`sessions`]: creating sessions with a group, a size limit,
 //!   read-only directories and context files; the size limit.
+//! * [`health`]: the readiness checks of a root (`/readyz`, `doctor`).
 //! * [`forensics`]: the log, its head, states as of a point, statistics,
 //!   blobs and the Merkle tree, for front ends.
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`metrics`]: the engine's metrics in the Prometheus text format.
 //! * [`fault`]: the fault-injection hook of destructive steps (tests).
 //! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
+//! * [`ocsf`]: events as OCSF records for SIEMs.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
 //! * [`keys`]: signer and verifier key files.
 //! * [`report`]: one session as a self-contained HTML report.
@@ -48,6 +51,7 @@ pub mod exec;
 pub mod fault;
 pub mod files;
 pub mod forensics;
+pub mod health;
 pub mod history;
 pub mod input;
 pub mod kernel;
@@ -55,8 +59,10 @@ pub mod keys;
 pub mod layout;
 pub mod lease;
 pub mod lifecycle;
+pub mod metrics;
 pub mod migrate;
 pub mod native;
+pub mod ocsf;
 pub mod proofs;
 pub mod report;
 pub mod retention;

@@ -39,6 +39,21 @@ impl Engine {
     /// read models with a fresh in-memory fold of the log. A broken chain
     /// is an `Err` naming the first bad position.
     pub fn verify(&self, digest: Option<Digest>, progress: &dyn Fn(u64)) -> Result<VerifyOutcome> {
+        let outcome = self.verify_unmetered(digest, progress);
+        self.metrics.verify_run(match &outcome {
+            Ok(outcome) if outcome.ok => "ok",
+            Ok(_) => "mismatch",
+            Err(error) if error.is_integrity() => "broken",
+            Err(_) => "error",
+        });
+        outcome
+    }
+
+    fn verify_unmetered(
+        &self,
+        digest: Option<Digest>,
+        progress: &dyn Fn(u64),
+    ) -> Result<VerifyOutcome> {
         self.sync()?;
         let report = self.store.verify_with_progress(digest, progress)?;
         let mut mismatches = Vec::new();

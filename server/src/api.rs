@@ -111,6 +111,14 @@ impl AppState {
             modules: Arc::new(modules),
         }
     }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub(crate) fn executor(&self) -> &Arc<dyn Executor> {
+        &self.executor
+    }
 }
 
 /// One route: its method, its path (axum syntax), what it does, and its
@@ -170,6 +178,33 @@ pub fn routes() -> Vec<Route> {
             None,
             JSON,
             get(health),
+        ),
+        route(
+            Method::GET,
+            "/healthz",
+            "Liveness: the process answers → {\"ok\": true, \"version\"}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::healthz),
+        ),
+        route(
+            Method::GET,
+            "/readyz",
+            "Readiness: the log writable, runtimes present, disk space → 200 or 503 with {\"ready\", \"checks\": [{\"name\", \"ok\", \"detail\", \"fix\"}]}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::readyz),
+        ),
+        route(
+            Method::GET,
+            "/metrics",
+            "Metrics in the Prometheus (OpenMetrics) text format (docs/operations.md)",
+            &[],
+            None,
+            "application/openmetrics-text",
+            get(crate::ops::metrics),
         ),
         route(
             Method::POST,
@@ -349,6 +384,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::ops::count_requests,
+        ))
         .layer(middleware::from_fn_with_state(policy, crate::guard::check))
         .layer(middleware::from_fn(crate::guard::json_errors))
         .with_state(state)
@@ -507,8 +546,11 @@ where
         .await
         .map_err(|_| ApiError::internal("the server is shutting down"))?;
     let engine = state.engine.clone();
+    // The engine's spans (an execution's) belong to the request's.
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        let _entered = span.enter();
         work(&engine)
     })
     .await

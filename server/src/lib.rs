@@ -18,6 +18,7 @@
 //! * [`limits`]: every bound the servers put on requests and responses.
 //! * [`openapi`]: the OpenAPI document served at `/openapi.json`.
 //! * [`mcp`]: the MCP tools.
+//! * `ops`: `/healthz`, `/readyz`, `/metrics` and the request counter.
 
 pub mod api;
 pub mod auth;
@@ -28,6 +29,7 @@ pub mod limits;
 pub mod mcp;
 pub mod mcp_lines;
 pub mod openapi;
+mod ops;
 
 pub use api::{ServeOptions, serve};
 pub use executor::{ColdExecutor, ExecOutcome, Executor, WarmExecutor};

@@ -91,9 +91,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         }
     }
     if !args.follow {
-        if output.json {
+        if output.json || output.ocsf {
             for envelope in &envelopes {
-                if !log_json_line(output, envelope)? {
+                if !log_json_line(output, engine.node(), envelope)? {
                     return Ok(0);
                 }
             }
@@ -112,7 +112,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     // Following: every event on its own line as it comes, so no column
     // waits for the widest cell.
     for envelope in &envelopes {
-        if !follow_line(output, envelope)? {
+        if !follow_line(output, engine.node(), envelope)? {
             return Ok(0);
         }
     }
@@ -123,7 +123,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         )),
     };
     let subscription = engine.subscribe(SubscribeFrom::After(after), filter)?;
-    follow(subscription, output)
+    follow(subscription, output, engine.node())
 }
 
 /// `log --checkpoint NAME [--follow]`: the events after the consumer's
@@ -138,14 +138,14 @@ fn log_consumer(
 ) -> Result<u8, CliError> {
     let mut subscription = engine.subscribe(SubscribeFrom::Checkpoint(name), filter)?;
     if follow_on {
-        return follow(subscription, output);
+        return follow(subscription, output, engine.node());
     }
     let store_error = sandlog_runtime::RuntimeError::from;
     while let Some(envelope) = subscription
         .next_event(std::time::Duration::ZERO)
         .map_err(store_error)?
     {
-        if !follow_line(output, &envelope)? {
+        if !follow_line(output, engine.node(), &envelope)? {
             // The reader went before this event was printed: it is not
             // stored as processed.
             return Ok(0);
@@ -162,6 +162,7 @@ fn log_consumer(
 fn follow(
     mut subscription: sandlog_runtime::eventstore::Subscription<'_>,
     output: &Output,
+    node: &str,
 ) -> Result<u8, CliError> {
     loop {
         if stdout_reader_gone() {
@@ -171,7 +172,7 @@ fn follow(
             .next_event(FOLLOW_WAIT)
             .map_err(sandlog_runtime::RuntimeError::from)?;
         if let Some(envelope) = next
-            && !follow_line(output, &envelope)?
+            && !follow_line(output, node, &envelope)?
         {
             return Ok(0);
         }
@@ -194,12 +195,19 @@ fn stdout_reader_gone() -> bool {
     ready > 0 && (stdout.revents & (libc::POLLERR | libc::POLLHUP)) != 0
 }
 
-/// One envelope as a JSON line; false once stdout's reader has gone.
+/// One envelope as a JSON line (with `--format ocsf`, its OCSF record,
+/// the host named by `node`); false once stdout's reader has gone.
 fn log_json_line(
     output: &Output,
+    node: &str,
     envelope: &sandlog_runtime::core::Envelope,
 ) -> Result<bool, CliError> {
-    let line = serde_json::to_string(envelope).map_err(|error| CliError::Io {
+    let encoded = if output.ocsf {
+        serde_json::to_string(&sandlog_runtime::ocsf::record(envelope, node))
+    } else {
+        serde_json::to_string(envelope)
+    };
+    let line = encoded.map_err(|error| CliError::Io {
         context: "encoding JSON".into(),
         source: std::io::Error::other(error),
     })?;
@@ -210,10 +218,11 @@ fn log_json_line(
 /// table's columns at fixed widths.
 fn follow_line(
     output: &Output,
+    node: &str,
     envelope: &sandlog_runtime::core::Envelope,
 ) -> Result<bool, CliError> {
-    if output.json {
-        return log_json_line(output, envelope);
+    if output.json || output.ocsf {
+        return log_json_line(output, node, envelope);
     }
     let row = log_row(output, envelope);
     let line = if output.tsv {

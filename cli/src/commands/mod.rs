@@ -20,7 +20,7 @@ use std::path::Path;
 use sandlog_runtime::core::{SessionId, WorkspacePath};
 use sandlog_runtime::{Engine, EngineOptions};
 
-use crate::args::{Cli, Command, EvidenceCommand};
+use crate::args::{Cli, Command, EvidenceCommand, TableFormat};
 use crate::exit::CliError;
 use crate::output::Output;
 
@@ -28,6 +28,14 @@ use crate::output::Output;
 /// a guest failure).
 pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
     let root = cli.root.clone();
+    if cli.format == TableFormat::Ocsf && !matches!(cli.command, Command::Log(_)) {
+        return Err(CliError::Usage {
+            kind: "bad_format",
+            message: "--format ocsf is for `sandlog log` only (events as OCSF records); \
+                      use --format table or tsv here"
+                .into(),
+        });
+    }
     match cli.command {
         Command::Init(args) => misc::init(&root, args.reset_log, output),
         Command::Completions(args) => misc::completions(args.shell),
@@ -37,6 +45,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
+        Command::Doctor(args) => misc::doctor(&root, &args, output),
         Command::Demo => demo::demo(&root, output),
         Command::Keygen(args) => proofs::keygen(args, output),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
@@ -77,6 +86,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 | Command::Man
                 | Command::HelpMarkdown
                 | Command::Adopt(_)
+                | Command::Doctor(_)
                 | Command::Keygen(_)
                 | Command::Demo => Ok(0),
             }

@@ -19,6 +19,10 @@ pub struct ServeArgs {
     /// $SANDLOG_TOKEN). 16 to 4096 printable characters.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Free space the root's filesystem must have for `GET /readyz` to
+    /// answer ready (`256MiB`, `10GB`).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub min_free: String,
     /// A name clients reach the server by beyond loopback (`Host`
     /// header), `NAME` on any port or `NAME:PORT` (repeatable). Requests
     /// naming any other host are refused (403): a web page could
@@ -103,6 +107,14 @@ mod built {
 
     pub fn serve(engine: Engine, args: ServeArgs) -> Result<u8, CliError> {
         let token = Token::load(args.token_file.as_deref()).map_err(failed)?;
+        let disk_free_min =
+            sandlog_runtime::core::human::parse_size(&args.min_free).map_err(|error| {
+                CliError::Usage {
+                    kind: "bad_size",
+                    message: format!("--min-free {:?}: {error}", args.min_free),
+                }
+            })?;
+        engine.set_health_options(sandlog_runtime::health::HealthOptions { disk_free_min });
         let options = ServeOptions {
             listen: args.listen,
             token,
