@@ -13,6 +13,7 @@
 
 pub mod bundle;
 pub mod clock;
+pub mod cosignature;
 pub mod correlation;
 pub mod envelope;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod note;
 pub mod path;
 pub mod policy;
 pub mod time;
+pub mod witness;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use correlation::correlation_id;
