@@ -383,9 +383,10 @@ impl WitnessPolicy {
         for witness in &self.witnesses {
             let (cosigned_at, failure) = match witness.verify(note) {
                 Ok(timestamp) => (Some(timestamp), None),
-                Err(NoteError::NoSignatureByKey { .. }) => {
-                    (None, Some("no cosignature by this key in the note".to_owned()))
-                }
+                Err(NoteError::NoSignatureByKey { .. }) => (
+                    None,
+                    Some("no cosignature by this key in the note".to_owned()),
+                ),
                 Err(NoteError::BadSignature { .. }) => (
                     None,
                     Some("its cosignature does not verify: altered, or forged".to_owned()),
@@ -504,7 +505,9 @@ mod tests {
         // A log key is not a witness key and the other way round, with a
         // message naming which is which.
         let log_vkey = log_key().verifier().to_string();
-        let error = WitnessVerifierKey::parse(&log_vkey).unwrap_err().to_string();
+        let error = WitnessVerifierKey::parse(&log_vkey)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("log's key"), "{error}");
         let error = crate::note::VerifierKey::parse(&text)
             .unwrap_err()

@@ -13,8 +13,8 @@
 
 pub mod bundle;
 pub mod clock;
-pub mod cosignature;
 pub mod correlation;
+pub mod cosignature;
 pub mod envelope;
 pub mod error;
 pub mod escape;

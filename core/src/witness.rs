@@ -318,7 +318,7 @@ pub fn kept_head(note: &str) -> Result<(String, WitnessedHead), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::merkle::{Frontier, NodeId, NodeSource, MerkleError};
+    use crate::merkle::{Frontier, MerkleError, NodeId, NodeSource};
     use crate::note::SignerKey;
     use std::collections::HashMap;
 
@@ -371,7 +371,10 @@ mod tests {
         }
     }
 
-    fn decide(request: &AddCheckpoint, latest: Option<&WitnessedHead>) -> Result<WitnessedHead, Refusal> {
+    fn decide(
+        request: &AddCheckpoint,
+        latest: Option<&WitnessedHead>,
+    ) -> Result<WitnessedHead, Refusal> {
         let checkpoint = request.verify_note(&[key().verifier()])?;
         request.check_extends(latest, &checkpoint)
     }
@@ -394,7 +397,10 @@ mod tests {
             let refused = AddCheckpoint::parse(bad.as_bytes()).unwrap_err();
             assert_eq!(refused.status(), 400, "{bad:?}: {refused}");
         }
-        let long = format!("old 1\n{}\nx", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n".repeat(64));
+        let long = format!(
+            "old 1\n{}\nx",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n".repeat(64)
+        );
         assert!(AddCheckpoint::parse(long.as_bytes()).is_err());
     }
 
@@ -436,8 +442,10 @@ mod tests {
         let refused = request.verify_note(&[impostor.verifier()]).unwrap_err();
         assert_eq!(refused.status(), 403);
         // A second key for the same origin is tried too.
-        assert!(request
-            .verify_note(&[impostor.verifier(), key().verifier()])
-            .is_ok());
+        assert!(
+            request
+                .verify_note(&[impostor.verifier(), key().verifier()])
+                .is_ok()
+        );
     }
 }

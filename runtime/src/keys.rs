@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use sandlog_core::cosignature::{WitnessKey, WitnessVerifierKey};
 use sandlog_core::note::{SignerKey, VerifierKey};
 
 use crate::error::{Result, RuntimeError};
@@ -38,15 +39,19 @@ fn read_small_file(path: &Path, what: &str) -> Result<String> {
     Ok(text)
 }
 
-/// Draws a new Ed25519 key named `origin` from the OS's randomness and
-/// writes it to `path` (mode 0600, never over an existing file).
-pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
+/// 32 bytes from the OS's randomness: a new key's seed.
+fn random_seed() -> Result<[u8; 32]> {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|error| RuntimeError::Io {
         context: "drawing a random key".into(),
         source: std::io::Error::other(error.to_string()),
     })?;
-    let key = SignerKey::from_seed(origin, seed).map_err(RuntimeError::Note)?;
+    Ok(seed)
+}
+
+/// Writes a secret key's text to a new file `path` (mode 0600, never over
+/// an existing file), synced.
+fn write_key_file(path: &Path, text: &str) -> Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -58,10 +63,41 @@ pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
     let mut file = options
         .open(path)
         .map_err(RuntimeError::io(context.clone()))?;
-    file.write_all(format!("{}\n", key.to_private_string()).as_bytes())
+    file.write_all(format!("{text}\n").as_bytes())
         .and_then(|()| file.sync_all())
-        .map_err(RuntimeError::io(context))?;
+        .map_err(RuntimeError::io(context))
+}
+
+/// Draws a new Ed25519 key named `origin` from the OS's randomness and
+/// writes it to `path` (mode 0600, never over an existing file).
+pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
+    let key = SignerKey::from_seed(origin, random_seed()?).map_err(RuntimeError::Note)?;
+    write_key_file(path, &key.to_private_string())?;
     Ok(key)
+}
+
+/// Draws a new witness cosigning key (C2SP cosignature/v1) named `name` and
+/// writes it to `path` (mode 0600, never over an existing file).
+pub fn generate_witness_key_file(name: &str, path: &Path) -> Result<WitnessKey> {
+    let key = WitnessKey::from_seed(name, random_seed()?).map_err(RuntimeError::Note)?;
+    write_key_file(path, &key.to_private_string())?;
+    Ok(key)
+}
+
+/// Reads a witness key file written by [`generate_witness_key_file`].
+pub fn read_witness_key(path: &Path) -> Result<WitnessKey> {
+    WitnessKey::parse(&read_small_file(path, "witness key file")?).map_err(RuntimeError::Note)
+}
+
+/// Reads a witness's verifier key: the text itself, or a file holding it.
+pub fn read_witness_verifier_key(text_or_path: &str) -> Result<WitnessVerifierKey> {
+    let path = Path::new(text_or_path);
+    let text = if path.is_file() {
+        read_small_file(path, "witness verifier key")?
+    } else {
+        text_or_path.to_owned()
+    };
+    WitnessVerifierKey::parse(&text).map_err(RuntimeError::Note)
 }
 
 /// Reads a signer key file written by [`generate_key_file`].

@@ -407,7 +407,7 @@ async fn run(
     }
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

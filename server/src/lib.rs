@@ -18,6 +18,8 @@
 //! * [`limits`]: every bound the servers put on requests and responses.
 //! * [`openapi`]: the OpenAPI document served at `/openapi.json`.
 //! * [`mcp`]: the MCP tools.
+//! * [`witness`]: `sandlog witness serve`, a C2SP tlog-witness with its
+//!   durable state (no engine, no root).
 
 pub mod api;
 pub mod auth;
@@ -26,6 +28,7 @@ pub mod executor;
 pub mod limits;
 pub mod mcp;
 pub mod openapi;
+pub mod witness;
 
 pub use api::{ServeOptions, serve};
 pub use executor::{ColdExecutor, ExecOutcome, Executor, WarmExecutor};

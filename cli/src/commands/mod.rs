@@ -14,6 +14,7 @@ mod report;
 mod retention;
 pub mod serve;
 mod session;
+pub mod witness;
 
 use std::path::Path;
 
@@ -39,6 +40,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
         Command::Demo => demo::demo(&root, output),
         Command::Keygen(args) => proofs::keygen(args, output),
+        Command::Witness(command) => witness::run(command),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
             proofs::evidence(None, command, output)
         }
@@ -78,6 +80,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 | Command::HelpMarkdown
                 | Command::Adopt(_)
                 | Command::Keygen(_)
+                | Command::Witness(_)
                 | Command::Demo => Ok(0),
             }
         }
