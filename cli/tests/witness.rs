@@ -58,6 +58,7 @@ fn grow(root: &Path) {
 /// Makes a key with `keygen` (`--witness` for a witness's); returns the
 /// key file and the verifier key.
 fn keygen(dir: &Path, name: &str, witness: bool) -> (PathBuf, String) {
+    std::fs::create_dir_all(dir).unwrap();
     let file = dir.join(format!("{}.key", name.replace('/', "_")));
     let mut command = sandlog(&dir.join("no-root"));
     command
