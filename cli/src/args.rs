@@ -308,7 +308,7 @@ pub struct CheckpointArgs {
     /// $SANDLOG_KEY).
     #[arg(long, value_name = "KEYFILE")]
     pub key: Option<PathBuf>,
-    /// A witness to cosign the checkpoint, repeatable: its URL prefix
+    /// A witness to cosign the checkpoint: its URL prefix
     /// (http://, `/add-checkpoint` is appended), `=`, its verifier key
     /// (text or a file). Its cosignature is added to the stored note.
     #[arg(long = "witness", value_name = "URL=VKEY")]
@@ -368,8 +368,7 @@ pub enum EvidenceCommand {
         /// The verifier key (`name+keyid+base64`) or a file holding it.
         #[arg(long, value_name = "VKEY")]
         vkey: String,
-        /// A witness's verifier key (text or a file), repeatable: the
-        /// bundle's checkpoint must carry valid cosignatures from
+        /// A witness's verifier key (text or a file): the bundle's checkpoint must carry valid cosignatures from
         /// --witnesses K of them.
         #[arg(long = "witness-vkey", value_name = "VKEY")]
         witness_vkey: Vec<String>,
@@ -853,9 +852,8 @@ pub struct VerifyArgs {
     /// The verifier key for --checkpoint (text or a file holding it).
     #[arg(long, value_name = "VKEY", requires = "checkpoint")]
     pub vkey: Option<String>,
-    /// A witness's verifier key (text or a file), repeatable: the
-    /// --checkpoint must carry valid cosignatures from --witnesses K of
-    /// them.
+    /// A witness's verifier key (text or a file): the --checkpoint must
+    /// carry valid cosignatures from --witnesses K of them.
     #[arg(long = "witness-vkey", value_name = "VKEY", requires = "checkpoint")]
     pub witness_vkey: Vec<String>,
     /// How many of the --witness-vkey witnesses must have cosigned the

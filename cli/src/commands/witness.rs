@@ -50,8 +50,8 @@ pub struct WitnessServeArgs {
     /// Address to listen on; port 0 picks a free port (printed first).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7380")]
     pub listen: std::net::SocketAddr,
-    /// A log's verifier key (text or a file holding it), repeatable: the
-    /// logs this witness cosigns for, each known by its key's name.
+    /// A log's verifier key (text or a file holding it): a log this
+    /// witness cosigns for, known by its key's name.
     #[arg(long = "log", value_name = "VKEY", required = true)]
     pub logs: Vec<String>,
 }
