@@ -182,12 +182,19 @@ impl Witness {
             .write(true)
             .open(&lock_path)
             .map_err(ServeError::io(format!("opening {}", lock_path.display())))?;
-        lock.try_lock().map_err(|_| ServeError::Io {
+        lock.try_lock().map_err(|error| ServeError::Io {
             context: format!("locking {}", lock_path.display()),
-            source: std::io::Error::other(
-                "another witness process serves this state directory; stop it first",
-            ),
+            source: match error {
+                std::fs::TryLockError::WouldBlock => std::io::Error::other(
+                    "another witness process serves this state directory; stop it first",
+                ),
+                std::fs::TryLockError::Error(error) => error,
+            },
         })?;
+        // The new directories' entries are durable before any state in them.
+        std::fs::File::open(dir)
+            .and_then(|handle| handle.sync_all())
+            .map_err(ServeError::io(format!("syncing {}", dir.display())))?;
         // Temporary files a crash left behind were never renamed: the
         // state they would have replaced is still in place.
         if let Ok(entries) = std::fs::read_dir(dir.join("logs")) {
@@ -390,7 +397,7 @@ pub fn serve(options: WitnessOptions) -> Result<(), ServeError> {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
-    use sandlog_runtime::core::merkle::{self, Frontier, MerkleHash};
+    use sandlog_runtime::core::merkle::{Frontier, MerkleHash};
     use sandlog_runtime::core::note::{Checkpoint, SignerKey};
 
     fn log_key() -> SignerKey {
@@ -466,7 +473,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let _ = merkle::empty_root();
     }
 
     /// Goal: a damaged state file stops cosigning for that log (500), it is
