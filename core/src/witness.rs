@@ -432,6 +432,42 @@ mod tests {
         assert_eq!(decide(&backwards, Some(&grown)).unwrap_err().status(), 400);
     }
 
+    proptest::proptest! {
+        /// Hostile bodies: any bytes, and any one byte of a valid request
+        /// changed, are answered (cosigned or refused), never a panic; a
+        /// changed request is never cosigned as another checkpoint.
+        #[test]
+        fn hostile_bodies_are_refused_without_panicking(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+            at in 0usize..4096,
+            value in proptest::num::u8::ANY,
+        ) {
+            let keys = [key().verifier()];
+            if let Ok(request) = AddCheckpoint::parse(&bytes) {
+                if let Ok(checkpoint) = request.verify_note(&keys) {
+                    let _ = request.check_extends(None, &checkpoint);
+                }
+            }
+            let five = tree(5, 1);
+            let grown = request(&five, &tree(9, 1));
+            let mut encoded = grown.encode().into_bytes();
+            let index = at % encoded.len();
+            if let Some(byte) = encoded.get_mut(index) {
+                *byte = value;
+            }
+            if let Ok(changed) = AddCheckpoint::parse(&encoded) {
+                if let Ok(checkpoint) = changed.verify_note(&keys) {
+                    if let Ok(head) = changed.check_extends(Some(&head(&five)), &checkpoint) {
+                        proptest::prop_assert_eq!(head, super::WitnessedHead {
+                            size: 9,
+                            root: merkle::root(&tree(9, 1), 9).unwrap(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn unknown_logs_and_bad_signatures_are_refused_by_status() {
         let request = request(&tree(0, 1), &tree(3, 1));
