@@ -443,10 +443,10 @@ mod tests {
             value in proptest::num::u8::ANY,
         ) {
             let keys = [key().verifier()];
-            if let Ok(request) = AddCheckpoint::parse(&bytes) {
-                if let Ok(checkpoint) = request.verify_note(&keys) {
-                    let _ = request.check_extends(None, &checkpoint);
-                }
+            if let Ok(request) = AddCheckpoint::parse(&bytes)
+                && let Ok(checkpoint) = request.verify_note(&keys)
+            {
+                let _ = request.check_extends(None, &checkpoint);
             }
             let five = tree(5, 1);
             let grown = request(&five, &tree(9, 1));
@@ -455,15 +455,14 @@ mod tests {
             if let Some(byte) = encoded.get_mut(index) {
                 *byte = value;
             }
-            if let Ok(changed) = AddCheckpoint::parse(&encoded) {
-                if let Ok(checkpoint) = changed.verify_note(&keys) {
-                    if let Ok(head) = changed.check_extends(Some(&head(&five)), &checkpoint) {
-                        proptest::prop_assert_eq!(head, super::WitnessedHead {
-                            size: 9,
-                            root: merkle::root(&tree(9, 1), 9).unwrap(),
-                        });
-                    }
-                }
+            if let Ok(changed) = AddCheckpoint::parse(&encoded)
+                && let Ok(checkpoint) = changed.verify_note(&keys)
+                && let Ok(head) = changed.check_extends(Some(&head(&five)), &checkpoint)
+            {
+                proptest::prop_assert_eq!(head, super::WitnessedHead {
+                    size: 9,
+                    root: merkle::root(&tree(9, 1), 9).unwrap(),
+                });
             }
         }
     }
