@@ -559,6 +559,14 @@ fn the_witness_answers_each_refusal_with_its_status() {
     assert_eq!(body, format!("{}\n", note.lines().nth(1).unwrap()));
 
     // A witness nobody serves: exit 1, naming it; K=1 of 2 still passes.
+    // --witness without a key cannot sign anything to cosign.
+    let refused = stderr_failure(
+        sandlog(&root)
+            .env_remove("SANDLOG_KEY")
+            .args(["checkpoint", "--witness", &witness.flag()]),
+        2,
+    );
+    assert!(refused.contains("--key"), "{refused}");
     let (_, gone_vkey) = keygen(dir.path(), "witness.test/gone", true);
     let gone = format!("http://127.0.0.1:9={gone_vkey}");
     let failed = stderr_failure(

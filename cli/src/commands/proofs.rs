@@ -73,6 +73,15 @@ pub fn keygen(args: KeygenArgs, output: &Output) -> Result<u8, CliError> {
 /// newest stored checkpoint.
 pub fn checkpoint(engine: &Engine, args: CheckpointArgs, output: &Output) -> Result<u8, CliError> {
     let Some(key) = signer(args.key.as_deref())? else {
+        if !args.witness.is_empty() {
+            return Err(CliError::Usage {
+                kind: "witness_needs_key",
+                message: format!(
+                    "--witness cosigns a new checkpoint, which needs the log's signing key: pass \
+                     --key KEYFILE or set ${KEY_ENV}"
+                ),
+            });
+        }
         let note = engine
             .latest_checkpoint()?
             .ok_or(sandlog_runtime::RuntimeError::NoCheckpoint)?;
