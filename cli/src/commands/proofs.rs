@@ -61,8 +61,13 @@ pub fn keygen(args: KeygenArgs, output: &Output) -> Result<u8, CliError> {
     if output.json {
         output.json(&json!({"vkey": vkey, "key_file": args.output}))?;
     } else {
+        let audience = if args.witness {
+            "give it to the logs that use this witness (--witness URL=VKEY) and to auditors (--witness-vkey)"
+        } else {
+            "give it to auditors"
+        };
         output.line(&format!(
-            "wrote the signing key to {} (keep it secret; mode 0600)\nverifier key, give it to auditors:\n{vkey}",
+            "wrote the signing key to {} (keep it secret; mode 0600)\nverifier key, {audience}:\n{vkey}",
             args.output.display()
         ))?;
     }
