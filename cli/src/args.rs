@@ -241,13 +241,19 @@ pub enum Command {
     /// The quick-start walk-through: sessions, Python runs, adoption,
     /// pruning, verification and replay on the root, narrated.
     Demo,
-    /// Make an Ed25519 signing key for checkpoints; prints the verifier
-    /// key to hand to auditors. Needs no root.
+    /// Make an Ed25519 signing key for checkpoints (or, with --witness, a
+    /// witness's cosigning key); prints the verifier key to hand to
+    /// auditors. Needs no root.
     Keygen(KeygenArgs),
     /// Sign and store a C2SP checkpoint (origin, size, root) of the log's
     /// RFC 6962 Merkle tree, and print it to publish or give a witness.
-    /// Without a key (--key or $SANDLOG_KEY), print the newest stored one.
+    /// With --witness, have witnesses cosign it first (C2SP tlog-witness);
+    /// fails unless --witnesses K of them did. Without a key (--key or
+    /// $SANDLOG_KEY), print the newest stored one.
     Checkpoint(CheckpointArgs),
+    /// Witnesses: serve one (cosigning other logs' checkpoints).
+    #[command(subcommand)]
+    Witness(crate::commands::witness::WitnessCommand),
     /// Print RFC 6962 proofs (JSON): inclusion of an event, consistency
     /// between two sizes of the log.
     #[command(subcommand)]
@@ -299,6 +305,10 @@ pub struct KeygenArgs {
     /// Where to write the signing key (must not exist; written mode 0600).
     #[arg(short, long, value_name = "KEYFILE")]
     pub output: PathBuf,
+    /// Make a witness's cosigning key (C2SP cosignature/v1, signature type
+    /// 4) for `sandlog witness serve`; --name is then the witness's name.
+    #[arg(long)]
+    pub witness: bool,
 }
 
 /// `checkpoint` arguments.
@@ -308,6 +318,14 @@ pub struct CheckpointArgs {
     /// $SANDLOG_KEY).
     #[arg(long, value_name = "KEYFILE")]
     pub key: Option<PathBuf>,
+    /// A witness to cosign the checkpoint: its URL prefix
+    /// (http://, `/add-checkpoint` is appended), `=`, its verifier key
+    /// (text or a file). Its cosignature is added to the stored note.
+    #[arg(long = "witness", value_name = "URL=VKEY")]
+    pub witness: Vec<String>,
+    /// How many witnesses must cosign (default: all given).
+    #[arg(long, value_name = "K", requires = "witness")]
+    pub witnesses: Option<usize>,
 }
 
 /// `prove` subcommands.
@@ -360,6 +378,14 @@ pub enum EvidenceCommand {
         /// The verifier key (`name+keyid+base64`) or a file holding it.
         #[arg(long, value_name = "VKEY")]
         vkey: String,
+        /// A witness's verifier key (text or a file): the bundle's checkpoint must carry valid cosignatures from
+        /// --witnesses K of them.
+        #[arg(long = "witness-vkey", value_name = "VKEY")]
+        witness_vkey: Vec<String>,
+        /// How many of the --witness-vkey witnesses must have cosigned
+        /// (default: all).
+        #[arg(long, value_name = "K")]
+        witnesses: Option<usize>,
     },
 }
 
@@ -856,6 +882,14 @@ pub struct VerifyArgs {
     /// The verifier key for --checkpoint (text or a file holding it).
     #[arg(long, value_name = "VKEY", requires = "checkpoint")]
     pub vkey: Option<String>,
+    /// A witness's verifier key (text or a file): the --checkpoint must
+    /// carry valid cosignatures from --witnesses K of them.
+    #[arg(long = "witness-vkey", value_name = "VKEY", requires = "checkpoint")]
+    pub witness_vkey: Vec<String>,
+    /// How many of the --witness-vkey witnesses must have cosigned the
+    /// checkpoint (default: all).
+    #[arg(long, value_name = "K", requires = "checkpoint")]
+    pub witnesses: Option<usize>,
 }
 
 /// `migrate` arguments.

@@ -55,6 +55,15 @@ pub enum CliError {
     /// An integrity failure found by `verify` that is not a chain error.
     #[error("{0}")]
     Integrity(String),
+    /// Others refused or failed what the command needed (witnesses that
+    /// did not cosign).
+    #[error("{message}")]
+    Failed {
+        /// Stable kind.
+        kind: &'static str,
+        /// Who failed and why.
+        message: String,
+    },
     /// Reading or writing a file the user named.
     #[error("{context}: {source}")]
     Io {
@@ -141,7 +150,9 @@ impl CliError {
         match self {
             CliError::Runtime(error) => error.kind(),
             CliError::Reworded { source, .. } => source.kind(),
-            CliError::Usage { kind, .. } | CliError::NotFound { kind, .. } => kind,
+            CliError::Usage { kind, .. }
+            | CliError::NotFound { kind, .. }
+            | CliError::Failed { kind, .. } => kind,
             CliError::Integrity(_) => "integrity",
             CliError::Io { .. } => "io",
         }
@@ -155,6 +166,7 @@ impl CliError {
             CliError::Usage { .. } => ErrorClass::BadInput,
             CliError::NotFound { .. } => ErrorClass::NotFound,
             CliError::Integrity(_) => ErrorClass::Integrity,
+            CliError::Failed { .. } => ErrorClass::Refused,
             CliError::Io { .. } => ErrorClass::Io,
         }
     }
@@ -165,7 +177,7 @@ impl CliError {
             CliError::Usage { .. } => EXIT_USAGE,
             CliError::NotFound { .. } => EXIT_NOT_FOUND,
             CliError::Integrity(_) => EXIT_INTEGRITY,
-            CliError::Io { .. } => EXIT_FAILURE,
+            CliError::Io { .. } | CliError::Failed { .. } => EXIT_FAILURE,
             CliError::Reworded { source, .. } => runtime_exit_code(source),
             CliError::Runtime(error) => runtime_exit_code(error),
         }

@@ -200,7 +200,7 @@ pub enum RuntimeError {
     },
     /// A signing key file that its group or others may read or write.
     #[error(
-        "signing key {path} has mode {mode:04o}: others may read or change it, so it signs for them too; run `chmod 600 {path}`"
+        "key file {path} has mode {mode:04o}: others may read or change it, so it signs for them too; run `chmod 600 {path}`"
     )]
     KeyExposed {
         /// The key file.

@@ -70,6 +70,7 @@ pub mod sandbox;
 pub mod sessions;
 pub mod shared;
 pub mod verify;
+pub mod witness;
 pub mod workspace;
 
 mod removal;

@@ -487,7 +487,7 @@ fn lower(names: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

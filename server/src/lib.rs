@@ -19,6 +19,8 @@
 //! * [`openapi`]: the OpenAPI document served at `/openapi.json`.
 //! * [`mcp`]: the MCP tools.
 //! * `ops`: `/healthz`, `/readyz`, `/metrics` and the request counter.
+//! * [`witness`]: `sandlog witness serve`, a C2SP tlog-witness with its
+//!   durable state (no engine, no root).
 
 pub mod api;
 pub mod auth;
@@ -30,6 +32,7 @@ pub mod mcp;
 pub mod mcp_lines;
 pub mod openapi;
 mod ops;
+pub mod witness;
 
 pub use api::{ServeOptions, serve};
 pub use executor::{ColdExecutor, ExecOutcome, Executor, WarmExecutor};

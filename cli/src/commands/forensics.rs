@@ -354,12 +354,19 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
 
 pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, CliError> {
     if let (Some(checkpoint), Some(vkey)) = (&args.checkpoint, &args.vkey) {
+        let witnesses = super::witness::policy(&args.witness_vkey, args.witnesses)?;
         // The chain and read models first, quietly; then the checkpoint.
         let outcome = engine.verify(None, &|_| {})?;
         if !outcome.ok {
             return Err(CliError::Integrity(not_ok_message(&outcome)));
         }
-        return super::proofs::verify_checkpoint(engine, checkpoint, vkey, output);
+        return super::proofs::verify_checkpoint(
+            engine,
+            checkpoint,
+            vkey,
+            witnesses.as_ref(),
+            output,
+        );
     }
     let digest = args
         .digest

@@ -14,6 +14,7 @@ mod report;
 mod retention;
 pub mod serve;
 mod session;
+pub mod witness;
 
 use std::path::Path;
 
@@ -48,6 +49,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Doctor(args) => misc::doctor(&root, &args, output),
         Command::Demo => demo::demo(&root, output),
         Command::Keygen(args) => proofs::keygen(args, output),
+        Command::Witness(command) => witness::run(command),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
             proofs::evidence(None, command, output)
         }
@@ -88,6 +90,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 | Command::Adopt(_)
                 | Command::Doctor(_)
                 | Command::Keygen(_)
+                | Command::Witness(_)
                 | Command::Demo => Ok(0),
             }
         }
