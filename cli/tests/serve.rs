@@ -1049,3 +1049,112 @@ fn mcp_answers_every_bad_line_and_keeps_serving() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// Goal: a page in a real browser, from another origin, can neither make
+/// the loopback server act nor read from it. Method: a page served from
+/// `http://localhost:PAGE` (a second local server) is opened in headless
+/// Chromium; its script posts to create a session, posts code to run as
+/// `text/plain` (a request a browser sends without asking), and reads the
+/// session list. Afterwards the root holds only the session the test
+/// made, nothing ran, and the server's own metrics show it answered the
+/// page's requests with 403 (so they did arrive).
+#[test]
+fn a_page_in_a_real_browser_cannot_drive_the_server() {
+    let chromium = PathBuf::from("/usr/bin/chromium");
+    assert!(
+        chromium.is_file(),
+        "/usr/bin/chromium is missing: this test needs Debian's `chromium` package \
+         (`apt-get install -y --no-install-recommends chromium`; `make test` installs it)"
+    );
+    let (_dir, root) = init();
+    let server = Server::start(&root, "127.0.0.1:0", None);
+    let id = create(&server);
+    let port = server.addr.port();
+    let page = format!(
+        r#"<!doctype html><html><head><title>start</title></head><body><script>
+const target = "http://127.0.0.1:{port}";
+const code = JSON.stringify({{code: "open('pwned.txt', 'w').write('x')"}});
+Promise.allSettled([
+  fetch(target + "/v1/sessions", {{method: "POST", mode: "no-cors"}}),
+  fetch(target + "/v1/sessions/{id}/exec", {{method: "POST", mode: "no-cors",
+    headers: {{"Content-Type": "text/plain"}}, body: code}}),
+  fetch(target + "/v1/sessions").then(r => r.text()).then(t => {{ document.body.dataset.read = t; }}),
+]).then(() => {{ document.body.dataset.done = "yes"; }});
+</script></body></html>"#
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let page_port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        // Answers every connection with the page (the browser may also
+        // ask for a favicon); ends with the test process.
+        for stream in listener.incoming().take(16) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buffer = [0u8; 4096];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                    page.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let profile = tempfile::tempdir().unwrap();
+    let mut browser = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("http://localhost:{page_port}/"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut dom = String::new();
+    let mut stdout = browser.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let _ = stdout.read_to_string(&mut dom);
+        dom
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while browser.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "chromium ran for more than 90 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dom = reader.join().unwrap();
+    assert!(
+        dom.contains("data-done=\"yes\""),
+        "the page's script did not finish: {dom}"
+    );
+    assert!(!dom.contains(&id), "the page read the session list: {dom}");
+
+    let sessions = session_ids(&root);
+    assert_eq!(sessions, [id.clone()], "the page created a session");
+    assert!(executed_positions(&root).is_empty(), "the page ran code");
+    assert!(!root.join("workspaces").join(&id).join("pwned.txt").exists());
+    let metrics = server.request("GET", "/metrics", b"").text();
+    let refused: u64 = metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("sandlog_http_requests_total") && line.contains("status=\"403\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum();
+    assert!(
+        refused >= 2,
+        "the page's requests were not refused by the server:\n{metrics}"
+    );
+}

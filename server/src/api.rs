@@ -384,12 +384,14 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(policy, crate::guard::check))
+        .layer(middleware::from_fn(crate::guard::json_errors))
+        // Outermost, so refused requests (a foreign Host or Origin, a
+        // missing token) are counted with the status they got.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::ops::count_requests,
         ))
-        .layer(middleware::from_fn_with_state(policy, crate::guard::check))
-        .layer(middleware::from_fn(crate::guard::json_errors))
         .with_state(state)
 }
 
