@@ -11,7 +11,9 @@ use sandlog_runtime::proofs::{
 };
 use serde_json::json;
 
-use crate::args::{CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand};
+use crate::args::{
+    AuditArgs, CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand,
+};
 use crate::exit::CliError;
 use crate::output::Output;
 
@@ -93,12 +95,61 @@ pub fn prove(engine: &Engine, command: ProveCommand, output: &Output) -> Result<
         ProveCommand::Consistency { old, new } => {
             serde_json::to_value(engine.prove_consistency(old, new)?)
         }
+        ProveCommand::Session { id, size } => {
+            let session_id = id
+                .parse::<sandlog_runtime::core::SessionId>()
+                .map_err(|_| CliError::Usage {
+                    kind: "invalid_session_id",
+                    message: format!(
+                        "{id:?} is not a session id: give the full UUID (an absent \
+                             session has no prefix to match)"
+                    ),
+                })?;
+            serde_json::to_value(engine.prove_session(session_id, size)?)
+        }
     }
     .map_err(|error| CliError::Io {
         context: "encoding the proof".into(),
         source: std::io::Error::other(error),
     })?;
     output.json(&value)?;
+    Ok(0)
+}
+
+/// `audit [--checkpoint FILE] --vkey VKEY`.
+pub fn audit(engine: &Engine, args: AuditArgs, output: &Output) -> Result<u8, CliError> {
+    let note = match &args.checkpoint {
+        Some(path) => Some(
+            std::fs::read_to_string(path).map_err(|source| CliError::Io {
+                context: format!("reading checkpoint {}", path.display()),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    let key = read_verifier_key(&args.vkey)?;
+    let progress = output.progress_bar("auditing");
+    let report = engine.audit(note.as_deref(), &key, &crate::output::advance(&progress))?;
+    progress.finish();
+    if output.json {
+        output.json(&report)?;
+    } else {
+        output.line(&format!(
+            "{}: {} events replayed; the chain, the tree (root {}) and the map of stream heads \
+             (root {}) agree with {} checkpoints signed by {} and {} stored map roots{}",
+            output.good("ok"),
+            report.events,
+            report.root,
+            report.map_root,
+            report.checkpoints,
+            key.name(),
+            report.map_roots,
+            match report.other_keys {
+                0 => String::new(),
+                n => format!(" ({n} stored checkpoints by other keys skipped)"),
+            }
+        ))?;
+    }
     Ok(0)
 }
 
@@ -198,12 +249,19 @@ pub fn evidence(
             } else {
                 let state = report.state.as_ref();
                 output.line(&format!(
-                    "{}: session {}: {} events proven against checkpoint {} of {}, {} blobs checked{}; status {}, {} executions, {} files",
+                    "{}: session {}: {} events proven against checkpoint {} of {} ({}), {} blobs checked{}; status {}, {} executions, {} files",
                     output.good("ok"),
                     report.session_id,
                     report.events,
                     report.checkpoint_size,
                     report.origin,
+                    match &report.head {
+                        Some(head) => format!(
+                            "complete: ends at the session's head, version {} at position {}",
+                            head.version, head.position
+                        ),
+                        None => "inclusion only: an old-format bundle, events after the last one may be missing".to_owned(),
+                    },
                     report.blobs,
                     if report.missing_blobs.is_empty() {
                         String::new()
