@@ -91,8 +91,8 @@ pub fn key_of(stream: &str) -> [u8; 32] {
 
 /// Bit `index` of `key`, most significant first.
 pub fn bit(key: &[u8; 32], index: u16) -> bool {
-    let byte = key[usize::from(index / 8)];
-    (byte >> (7 - (index % 8))) & 1 == 1
+    key.get(usize::from(index / 8))
+        .is_some_and(|byte| (byte >> (7 - (index % 8))) & 1 == 1)
 }
 
 /// A stream's head: what the map holds for it.
@@ -154,11 +154,13 @@ impl NodePath {
     /// The first `depth` bits of `key`.
     pub fn of(key: &[u8; 32], depth: u16) -> NodePath {
         let mut bits = [0u8; 32];
-        let full = usize::from(depth / 8);
-        bits[..full].copy_from_slice(&key[..full]);
-        let rest = depth % 8;
-        if rest > 0 {
-            bits[full] = key[full] & (0xFFu8 << (8 - rest));
+        for ((out, byte), start) in bits.iter_mut().zip(key).zip((0u16..).step_by(8)) {
+            let kept = depth.saturating_sub(start).min(8);
+            *out = match kept {
+                0 => 0,
+                8 => *byte,
+                kept => byte & (0xFFu8 << (8 - kept)),
+            };
         }
         NodePath { depth, bits }
     }
@@ -166,8 +168,8 @@ impl NodePath {
     /// The child on side `right`.
     pub fn child(&self, right: bool) -> NodePath {
         let mut bits = self.bits;
-        if right {
-            bits[usize::from(self.depth / 8)] |= 0x80 >> (self.depth % 8);
+        if right && let Some(byte) = bits.get_mut(usize::from(self.depth / 8)) {
+            *byte |= 0x80 >> (self.depth % 8);
         }
         NodePath {
             depth: self.depth + 1,
@@ -178,7 +180,8 @@ impl NodePath {
     /// The bytes that hold the path's bits (`ceil(depth / 8)` of them):
     /// how stores key it.
     pub fn prefix(&self) -> &[u8] {
-        &self.bits[..usize::from(self.depth.div_ceil(8))]
+        let len = usize::from(self.depth.div_ceil(8));
+        self.bits.get(..len).unwrap_or(self.bits.as_slice())
     }
 
     /// A path from its stored form; `None` if the bytes do not fit the
@@ -188,7 +191,7 @@ impl NodePath {
             return None;
         }
         let mut key = [0u8; 32];
-        key[..prefix.len()].copy_from_slice(prefix);
+        key.get_mut(..prefix.len())?.copy_from_slice(prefix);
         let path = NodePath::of(&key, depth);
         (path.bits == key).then_some(path)
     }
@@ -270,7 +273,7 @@ pub fn update<S: MapNodes>(
     changes: &[([u8; 32], MerkleHash)],
 ) -> Result<MapUpdate, S::Error> {
     let mut sorted = changes.to_vec();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.sort_by_key(|change| change.0);
     sorted.dedup_by(|a, b| a.0 == b.0);
     let mut nodes = Vec::new();
     let root = match sorted.is_empty() {
@@ -363,12 +366,22 @@ fn build(
             nodes.push((path, node));
             node.hash()
         }
+        [(key, value), ..] if path.depth >= KEY_BITS => {
+            // Unreachable with distinct keys (two differ at some bit
+            // below 256); stops the recursion whatever the input.
+            let node = MapNode::Leaf {
+                key: *key,
+                value: *value,
+            };
+            nodes.push((path, node));
+            node.hash()
+        }
         _ => {
             // Two distinct keys differ at some bit below 256, so the
             // recursion ends before the last bit.
-            let at = split(keys, path.depth);
-            let left = build(path.child(false), &keys[..at], nodes);
-            let right = build(path.child(true), &keys[at..], nodes);
+            let (zeros, ones) = keys.split_at(split(keys, path.depth));
+            let left = build(path.child(false), zeros, nodes);
+            let right = build(path.child(true), ones, nodes);
             let node = MapNode::Internal { left, right };
             nodes.push((path, node));
             node.hash()

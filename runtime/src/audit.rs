@@ -23,6 +23,9 @@ use crate::error::{Result, RuntimeError};
 /// Stored checkpoints read per page, and stored map roots.
 const AUDIT_PAGE_ROWS: usize = 10_000;
 
+/// Events between two progress reports.
+const AUDIT_PROGRESS_EVENTS: u64 = 4096;
+
 /// What a passed audit checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditReport {
@@ -210,7 +213,7 @@ impl Engine {
             heads.push(&stream, envelope.version.0, position, envelope.hash);
             size = position;
             check_at(size, &frontier, &mut heads, &mut tree, &mut map_roots)?;
-            if size % 4096 == 0 {
+            if size.is_multiple_of(AUDIT_PROGRESS_EVENTS) {
                 progress(size, total);
             }
         }
@@ -272,34 +275,30 @@ impl<'a> StoredRoots<'a> {
     /// order; a stored size skipped over is a map root at a size no event
     /// ends, which fails the audit. `u64::MAX` asks for any root left.
     fn at(&mut self, size: u64) -> Result<Option<MerkleHash>> {
-        loop {
-            if self.page.is_empty() && !self.done {
-                let page = self
-                    .engine
-                    .store
-                    .map_roots(self.next_from, AUDIT_PAGE_ROWS as u32)?;
-                self.done = page.len() < AUDIT_PAGE_ROWS;
-                if let Some((last, _)) = page.last() {
-                    self.next_from = last.saturating_add(1);
-                }
-                self.page.extend(page);
+        if self.page.is_empty() && !self.done {
+            let page = self
+                .engine
+                .store
+                .map_roots(self.next_from, AUDIT_PAGE_ROWS as u32)?;
+            self.done = page.len() < AUDIT_PAGE_ROWS;
+            if let Some((last, _)) = page.last() {
+                self.next_from = last.saturating_add(1);
             }
-            match self.page.front() {
-                Some(&(stored, root)) if stored == size => {
-                    self.page.pop_front();
-                    return Ok(Some(root));
-                }
-                Some(&(stored, root)) if stored < size || size == u64::MAX => {
-                    return Err(failed(
-                        stored,
-                        format!(
-                            "a map root ({}) is stored at a size the log does not have",
-                            root.to_hex()
-                        ),
-                    ));
-                }
-                _ => return Ok(None),
+            self.page.extend(page);
+        }
+        match self.page.front() {
+            Some(&(stored, root)) if stored == size => {
+                self.page.pop_front();
+                Ok(Some(root))
             }
+            Some(&(stored, root)) if stored < size || size == u64::MAX => Err(failed(
+                stored,
+                format!(
+                    "a map root ({}) is stored at a size the log does not have",
+                    root.to_hex()
+                ),
+            )),
+            _ => Ok(None),
         }
     }
 }
