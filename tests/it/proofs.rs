@@ -342,6 +342,13 @@ fn session_proofs_show_heads_and_absence_and_absence_cannot_be_forged() -> TestR
         .is_err()
     );
 
+    // A rebuild from the log keeps the map at every checkpoint's size.
+    root.engine.rebuild_merkle()?;
+    let rebuilt = root.engine.prove_session(early, Some(old.size))?;
+    assert_eq!(rebuilt, then);
+    check(&rebuilt, &old.note)?;
+    check(&root.engine.prove_session(late, None)?, &new.note)?;
+
     // Sizes the map is not kept at are refused, naming the rule.
     let error = root.engine.prove_session(early, Some(old.size + 1)).err();
     if let Some(error) = error {

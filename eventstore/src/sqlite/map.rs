@@ -14,8 +14,9 @@
 //! place is always the right one.
 //!
 //! `map_roots(size, root)` names the sizes a map is kept at: one row per
-//! commit, and one at the head when the table was first built from the
-//! log. A proof is only given at those sizes.
+//! commit; after a build from the log (an upgrade, a rebuild), one at the
+//! head and one at each stored checkpoint's size. A proof is only given
+//! at those sizes.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::map::{self, MapNode, MapNodes, MapProof, NodePath, StreamHead};
@@ -133,40 +134,73 @@ fn log_heads(connection: &Connection) -> Result<Vec<([u8; 32], MerkleHash)>> {
          AND events.version = (SELECT max(version) FROM events WHERE stream_key = streams.key)",
     )?;
     let mut rows = select.query([])?;
-    let mut changes = Vec::new();
+    let mut heads = map::HeadFold::default();
     while let Some(row) = rows.next()? {
-        let stream: String = row.get(0)?;
-        let version: i64 = row.get(1)?;
-        let position: i64 = row.get(2)?;
-        let hash: Vec<u8> = row.get(3)?;
-        let position = u64::try_from(position).unwrap_or(0);
-        let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
-            position: Position(position),
-            reason: "hash is not 32 bytes".into(),
-        })?;
-        changes.push((
-            map::key_of(&stream),
-            StreamHead {
-                version: u64::try_from(version).unwrap_or(0),
-                position,
-                hash,
-            }
-            .value(),
-        ));
+        let (stream, version, position, hash) = head_row(row)?;
+        heads.push(&stream, version, position, hash);
     }
-    Ok(changes)
+    Ok(heads.take())
 }
 
-/// Drops the stored map and builds the map of the whole log at its head,
-/// on the given connection (a migration's or a rebuild's transaction).
-/// Memory grows with the number of streams.
+/// One `(stream, version, position, hash)` row.
+fn head_row(row: &rusqlite::Row<'_>) -> Result<(String, u64, u64, Hash)> {
+    let stream: String = row.get(0)?;
+    let version: i64 = row.get(1)?;
+    let position: i64 = row.get(2)?;
+    let hash: Vec<u8> = row.get(3)?;
+    let position = u64::try_from(position).unwrap_or(0);
+    let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
+        position: Position(position),
+        reason: "hash is not 32 bytes".into(),
+    })?;
+    Ok((stream, u64::try_from(version).unwrap_or(0), position, hash))
+}
+
+/// Drops the stored map and builds it again from the log, on the given
+/// connection (a migration's or a rebuild's transaction): at the size of
+/// every stored checkpoint (so each can still be proven against) and at
+/// the head. Commit sizes in between keep no map. Memory grows with the
+/// number of streams and of checkpoints, not of events.
 pub(crate) fn rebuild(connection: &Connection) -> Result<MerkleHash> {
     connection.execute_batch("DELETE FROM map_nodes; DELETE FROM map_roots;")?;
     let head = log_length(connection)?;
     if head == 0 {
         return Ok(map::EMPTY);
     }
-    write_version(connection, head, &log_heads(connection)?)
+    let mut sizes: Vec<u64> = {
+        let mut select = connection
+            .prepare("SELECT DISTINCT size FROM checkpoints WHERE size > 0 ORDER BY size")?;
+        let rows = select.query_map([], |row| row.get::<_, i64>(0))?;
+        let mut sizes = Vec::new();
+        for size in rows {
+            if let Ok(size) = u64::try_from(size?)
+                && size < head
+            {
+                sizes.push(size);
+            }
+        }
+        sizes
+    };
+    if sizes.is_empty() {
+        // The head alone: one query for each stream's last event.
+        return write_version(connection, head, &log_heads(connection)?);
+    }
+    sizes.push(head);
+    let mut select = connection
+        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position")?;
+    let mut rows = select.query([])?;
+    let mut heads = map::HeadFold::default();
+    let mut root = map::EMPTY;
+    let mut next = sizes.iter().copied().peekable();
+    while let Some(row) = rows.next()? {
+        let (stream, version, position, hash) = head_row(row)?;
+        heads.push(&stream, version, position, hash);
+        if next.peek() == Some(&position) {
+            next.next();
+            root = write_version(connection, position, &heads.take())?;
+        }
+    }
+    Ok(root)
 }
 
 /// A stream's head as of tree size `size`: its last event at a position
@@ -308,8 +342,9 @@ impl EventStore {
         Ok(roots)
     }
 
-    /// Drops the stored map and builds it again from the log (at its
-    /// head; older sizes keep no map), in one transaction.
+    /// Drops the stored map and builds it again from the log (at its head
+    /// and at each stored checkpoint's size; other sizes keep no map), in
+    /// one transaction.
     pub fn rebuild_map(&self) -> Result<MerkleHash> {
         self.with_write_transaction(|transaction| rebuild(transaction))
     }
