@@ -70,7 +70,11 @@ fn main() -> BenchResult<()> {
     let path = dir.join(format!("map-{}.db", std::process::id()));
     let clock = ManualClock::new(Timestamp::from_unix_micros(1_700_000_000_000_000));
     let ids: Vec<SessionId> = (0..sessions).map(|_| SessionId::new_v4()).collect();
-    let stream = |i: u64| StreamId::Session(ids[(i % sessions) as usize]);
+    let stream = |i: u64| {
+        ids.get((i % sessions) as usize)
+            .copied()
+            .map_or(StreamId::System, StreamId::Session)
+    };
 
     // Batched appends: 1,000 events per commit, 10 to each of 100
     // sessions, walking through every session.
