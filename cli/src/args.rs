@@ -254,10 +254,16 @@ pub enum Command {
     /// Witnesses: serve one (cosigning other logs' checkpoints).
     #[command(subcommand)]
     Witness(crate::commands::witness::WitnessCommand),
-    /// Print RFC 6962 proofs (JSON): inclusion of an event, consistency
-    /// between two sizes of the log.
+    /// Print proofs (JSON): inclusion of an event and consistency between
+    /// two sizes of the log (RFC 6962), a session's head in the map of
+    /// stream heads (or that it did not exist).
     #[command(subcommand)]
     Prove(ProveCommand),
+    /// Replay the whole log, recompute its hash chain, Merkle tree and map
+    /// of stream heads, and check every checkpoint stored in the root by
+    /// the key (and the one given) and every stored map root against them.
+    /// Exits 4 naming the first bad tree size.
+    Audit(AuditArgs),
     /// Offline evidence bundles: one session's events with inclusion
     /// proofs against a signed checkpoint, and its kept blobs.
     #[command(subcommand)]
@@ -351,6 +357,30 @@ pub enum ProveCommand {
         #[arg(value_name = "NEW_SIZE")]
         new: Option<u64>,
     },
+    /// The head of session ID (last version, position, event hash) in the
+    /// map of stream heads at tree size N, with its map proof, or the proof
+    /// that no such session existed then.
+    Session {
+        /// The session id (a full UUID: an absent session has no prefix
+        /// to match).
+        id: String,
+        /// The tree size (default: the log's length); a size the map is
+        /// kept at, such as a checkpoint's.
+        #[arg(long, value_name = "N")]
+        size: Option<u64>,
+    },
+}
+
+/// `audit` arguments.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// A checkpoint signed earlier (`sandlog checkpoint`) to check besides
+    /// the stored ones.
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// The log's verifier key (text or a file holding it).
+    #[arg(long, value_name = "VKEY")]
+    pub vkey: String,
 }
 
 /// `evidence` subcommands.

@@ -237,6 +237,97 @@ fn checkpoints_proofs_and_bundles_verify_here_and_independently() -> TestResult 
     );
     assert!(refused.contains("not a valid verifier key"), "{refused}");
 
+    // The bundle proves the session complete: sandlog and Python agree.
+    assert_eq!(report["complete"], true, "{report}");
+    assert_eq!(report["head"]["version"].as_u64(), Some(events), "{report}");
+    assert!(
+        stdout.contains("PASS the last event is the session's head"),
+        "{stdout}"
+    );
+
+    // Its last event cut off: refused by both, sandlog with exit 4 naming
+    // the versions missing.
+    let mut cut: Value = serde_json::from_slice(&std::fs::read(&bundle)?)?;
+    cut["events"].as_array_mut().unwrap().pop();
+    let cut_file = dir.path().join("cut.bundle");
+    std::fs::write(&cut_file, serde_json::to_vec(&cut)?)?;
+    let refused = stderr_failure(
+        sandlog(&nowhere)
+            .args(["evidence", "verify"])
+            .arg(&cut_file)
+            .args(["--vkey", &vkey]),
+        4,
+    );
+    assert!(
+        refused.contains(&format!("its last events are missing: version {events}")),
+        "{refused}"
+    );
+    let python = independent(&["bundle".as_ref(), cut_file.as_os_str(), vkey.as_ref()])?;
+    assert!(
+        !python.status.success(),
+        "{}",
+        String::from_utf8_lossy(&python.stdout)
+    );
+
+    // A session's head and an unknown session's absence, at the second
+    // checkpoint's size, checked independently against the signed map.
+    for (session, present) in [
+        (id.clone(), true),
+        (uuid::Uuid::new_v4().to_string(), false),
+    ] {
+        let proof = json_success(sandlog(&root).args([
+            "prove",
+            "session",
+            &session,
+            "--size",
+            &new.to_string(),
+        ]));
+        assert_eq!(proof["present"], present, "{proof}");
+        assert_eq!(proof["size"].as_u64(), Some(new));
+        let proof_file = dir.path().join("session.json");
+        std::fs::write(&proof_file, serde_json::to_vec(&proof)?)?;
+        let python = independent(&[
+            "session".as_ref(),
+            proof_file.as_os_str(),
+            second_note.as_os_str(),
+            vkey.as_ref(),
+        ])?;
+        assert!(
+            python.status.success(),
+            "independent verifier refused the session proof:\n{}",
+            String::from_utf8_lossy(&python.stdout)
+        );
+        // Claiming the opposite with the same proof fails.
+        let mut flipped = proof.clone();
+        flipped["present"] = Value::Bool(!present);
+        if !present {
+            flipped["version"] = 1.into();
+            flipped["position"] = 1.into();
+            flipped["hash"] = "00".repeat(32).into();
+        }
+        std::fs::write(&proof_file, serde_json::to_vec(&flipped)?)?;
+        let python = independent(&[
+            "session".as_ref(),
+            proof_file.as_os_str(),
+            second_note.as_os_str(),
+            vkey.as_ref(),
+        ])?;
+        assert!(!python.status.success(), "{flipped}");
+    }
+    let refused = stderr_failure(sandlog(&root).args(["prove", "session", "not-a-uuid"]), 2);
+    assert!(refused.contains("not a session id"), "{refused}");
+
+    // The full audit: every stored checkpoint and the one given.
+    let audit = json_success(
+        sandlog(&root)
+            .args(["--json", "audit", "--checkpoint"])
+            .arg(&first_note)
+            .args(["--vkey", &vkey]),
+    );
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(audit["checkpoints"].as_u64(), Some(3), "{audit}");
+    assert_eq!(audit["events"].as_u64(), Some(new), "{audit}");
+
     let rebuilt = json_success(sandlog(&root).args(["--json", "tree", "rebuild"]));
     assert_eq!(rebuilt["events"].as_u64(), Some(new));
     json_success(sandlog(&root).args(["--json", "tree", "verify"]));

@@ -9,10 +9,16 @@
 //! * Every event is exactly as the log recorded it: its chain hash is
 //!   recomputed from its fields, and that hash is a leaf of the tree whose
 //!   root the checkpoint signs (inclusion proof).
-//! * The events are the session's whole stream up to the checkpoint's
-//!   size: versions run 1, 2, 3, … without a gap, so none was left out
-//!   from the middle (events after the last one included may exist only if
-//!   they came after the checkpoint or the stream ended).
+//! * The bundle holds the session's whole stream as of the checkpoint
+//!   (format 2): the checkpoint also signs the root of the map of stream
+//!   heads (`sandlog_core::map`), the bundle carries the map proof of the
+//!   session's head at the checkpoint's size (its last version, position
+//!   and event hash), and its events must run from version 1 to exactly
+//!   that head. A bundle missing its first, a middle or its last events is
+//!   refused, naming the versions missing.
+//! * Format 1 bundles (no map proof) still verify, but prove inclusion
+//!   only: their versions run 1, 2, 3, … without a gap, and nothing shows
+//!   that the last one is the session's last.
 //! * Every blob's bytes hash (blake3) to its name. Blobs the events name
 //!   but the bundle lacks (erased, pruned, never kept) are listed, not
 //!   failures: their hashes stay proven through the events.
@@ -20,7 +26,7 @@
 //! # Format (`format`: [`BUNDLE_FORMAT`])
 //!
 //! ```json
-//! {"format": "sandlog-evidence-bundle/1", "session_id": "<uuid>",
+//! {"format": "sandlog-evidence-bundle/2", "session_id": "<uuid>",
 //!  "checkpoint": "<signed note>",
 //!  "events": [{"position": 1, "stream": "session/<uuid>", "version": 1,
 //!              "event_id": "<uuid>", "kind": "session.created", "schema": 1,
@@ -28,8 +34,14 @@
 //!              "correlation_id": null, "causation_id": null,
 //!              "payload_base64": "…", "prev_hash": "<hex>", "hash": "<hex>",
 //!              "inclusion": ["<hex>", …]}],
+//!  "head": {"version": 3, "position": 9, "hash": "<hex>"},
+//!  "map_proof": ["<hex>", …],
 //!  "blobs": {"<blake3 hex>": "<base64>"}}
 //! ```
+//!
+//! `map_proof` is the map's siblings from the session's leaf up, leaf
+//! side first (see `sandlog_core::map`). Format 1 has neither `head` nor
+//! `map_proof`.
 //!
 //! Payloads travel as base64 of the exact stored bytes (the chain hashes
 //! bytes, and a JSON re-encoding could change them). Unknown fields are
@@ -44,12 +56,17 @@ use uuid::Uuid;
 
 use crate::envelope::{Envelope, Hash, chain_hash};
 use crate::ids::{EventId, Position, SessionId, StreamId, StreamVersion};
+use crate::map::{self as heads, MapProof, StreamHead, Terminal};
 use crate::merkle::{self, MerkleHash};
 use crate::note::{Checkpoint, NoteError, VerifierKey};
 use crate::time::Timestamp;
 
-/// The `format` value this build writes and reads.
-pub const BUNDLE_FORMAT: &str = "sandlog-evidence-bundle/1";
+/// The `format` value this build writes: bundles that prove their
+/// session complete.
+pub const BUNDLE_FORMAT: &str = "sandlog-evidence-bundle/2";
+
+/// The first format, still read: inclusion only.
+pub const BUNDLE_FORMAT_V1: &str = "sandlog-evidence-bundle/1";
 
 /// Largest bundle file a verifier reads, bytes. A session's events are a
 /// few hundred bytes each and its kept blobs are bounded by the evidence
@@ -152,8 +169,27 @@ pub struct Bundle {
     pub checkpoint: String,
     /// The session's events in position order.
     pub events: Vec<BundleEvent>,
+    /// The session's head at the checkpoint's size (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<BundleHead>,
+    /// The map proof of `head` against the checkpoint's map root, leaf
+    /// side first, hex (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map_proof: Option<Vec<String>>,
     /// Kept blob contents by blake3 hex, base64.
     pub blobs: BTreeMap<String, String>,
+}
+
+/// A session's head as a bundle carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleHead {
+    /// The last version.
+    pub version: u64,
+    /// The last event's position.
+    pub position: u64,
+    /// The last event's chain hash, hex.
+    pub hash: String,
 }
 
 /// Why a bundle failed verification. Every variant names what failed.
@@ -206,6 +242,15 @@ pub enum BundleError {
         /// What is out of order or missing.
         reason: String,
     },
+    /// The map proof of the session's head does not verify against the
+    /// checkpoint's map root.
+    #[error("the head of session {session_id} is not proven by the checkpoint's map: {reason}")]
+    HeadNotProven {
+        /// The session.
+        session_id: SessionId,
+        /// What failed.
+        reason: String,
+    },
     /// A blob's bytes do not hash to its name.
     #[error("blob {name} was altered: its bytes hash to {actual}")]
     BlobAltered {
@@ -227,6 +272,10 @@ pub struct VerifiedBundle {
     pub envelopes: Vec<Envelope>,
     /// Its blobs, each checked.
     pub blobs: BTreeMap<Hash, Vec<u8>>,
+    /// The session's head at the checkpoint's size, proven by the map,
+    /// which the events end at: the bundle is complete. `None` for a
+    /// format 1 bundle, which proves inclusion only.
+    pub head: Option<StreamHead>,
 }
 
 impl Bundle {
@@ -239,10 +288,25 @@ impl Bundle {
         }
         let bundle: Bundle = serde_json::from_slice(bytes)
             .map_err(|error| BundleError::NotABundle(error.to_string()))?;
-        if bundle.format != BUNDLE_FORMAT {
+        let complete = match bundle.format.as_str() {
+            BUNDLE_FORMAT => true,
+            BUNDLE_FORMAT_V1 => false,
+            other => {
+                return Err(BundleError::NotABundle(format!(
+                    "format {other:?}, expected {BUNDLE_FORMAT:?} or {BUNDLE_FORMAT_V1:?}"
+                )));
+            }
+        };
+        let has_head = bundle.head.is_some() && bundle.map_proof.is_some();
+        let has_any = bundle.head.is_some() || bundle.map_proof.is_some();
+        if complete && !has_head {
             return Err(BundleError::NotABundle(format!(
-                "format {:?}, expected {BUNDLE_FORMAT:?}",
-                bundle.format
+                "format {BUNDLE_FORMAT:?} needs \"head\" and \"map_proof\""
+            )));
+        }
+        if !complete && has_any {
+            return Err(BundleError::NotABundle(format!(
+                "format {BUNDLE_FORMAT_V1:?} has no \"head\" or \"map_proof\""
             )));
         }
         Ok(bundle)
@@ -254,6 +318,10 @@ impl Bundle {
     pub fn verify(&self, key: &VerifierKey) -> Result<VerifiedBundle, BundleError> {
         let checkpoint = Checkpoint::verify(&self.checkpoint, key)?;
         let stream = self.session_id.stream().to_string();
+        let head = self.proven_head(&checkpoint, &stream)?;
+        if let Some(head) = &head {
+            self.check_complete(head)?;
+        }
         let mut envelopes = Vec::with_capacity(self.events.len());
         let mut last_position = 0u64;
         for (index, event) in self.events.iter().enumerate() {
@@ -342,6 +410,104 @@ impl Bundle {
             session_id: self.session_id,
             envelopes,
             blobs,
+            head,
         })
+    }
+
+    /// The session's head the map proves at the checkpoint's size
+    /// (format 2), `None` for format 1.
+    fn proven_head(
+        &self,
+        checkpoint: &Checkpoint,
+        stream: &str,
+    ) -> Result<Option<StreamHead>, BundleError> {
+        let (Some(head), Some(proof)) = (&self.head, &self.map_proof) else {
+            return Ok(None);
+        };
+        let not_proven = |reason: String| BundleError::HeadNotProven {
+            session_id: self.session_id,
+            reason,
+        };
+        let map_root = heads::root_of_checkpoint(checkpoint)
+            .map_err(|error| not_proven(error.to_string()))?
+            .ok_or_else(|| not_proven("the checkpoint carries no map root".into()))?;
+        let head = StreamHead {
+            version: head.version,
+            position: head.position,
+            hash: Hash::from_hex(&head.hash)
+                .map_err(|_| BundleError::NotABundle("head.hash is not 64 hex digits".into()))?,
+        };
+        let siblings = proof
+            .iter()
+            .map(|text| MerkleHash::from_hex(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| BundleError::NotABundle("a map_proof hash is not 64 hex digits".into()))?;
+        let key = heads::key_of(stream);
+        let value = head.value();
+        let proof = MapProof {
+            siblings,
+            terminal: Terminal::Leaf { key, value },
+        };
+        heads::verify(&map_root, &key, Some(&value), &proof)
+            .map_err(|error| not_proven(error.to_string()))?;
+        if head.position > checkpoint.size {
+            return Err(not_proven(format!(
+                "the head's position {} is past the checkpoint's size {}",
+                head.position, checkpoint.size
+            )));
+        }
+        Ok(Some(head))
+    }
+
+    /// Refuses events that are not versions 1 to exactly `head`, naming
+    /// the versions missing.
+    fn check_complete(&self, head: &StreamHead) -> Result<(), BundleError> {
+        let incomplete = |reason: String| BundleError::Incomplete {
+            session_id: self.session_id,
+            reason,
+        };
+        let span = |from: u64, to: u64| match from == to {
+            true => format!("version {from}"),
+            false => format!("versions {from} to {to}"),
+        };
+        let mut expected = 1u64;
+        for event in &self.events {
+            if event.version > expected {
+                let what = match expected {
+                    1 => "its first event is missing",
+                    _ => "an event in the middle is missing",
+                };
+                return Err(incomplete(format!(
+                    "{what}: {} (the bundle jumps to version {} at position {})",
+                    span(expected, event.version - 1),
+                    event.version,
+                    event.position
+                )));
+            }
+            expected = event.version.saturating_add(1);
+        }
+        if expected <= head.version {
+            return Err(incomplete(format!(
+                "its last events are missing: {} (the session's head at the checkpoint is \
+                 version {} at position {})",
+                span(expected, head.version),
+                head.version,
+                head.position
+            )));
+        }
+        match self.events.last() {
+            Some(last)
+                if last.version == head.version
+                    && last.position == head.position
+                    && last.hash == head.hash.to_hex() =>
+            {
+                Ok(())
+            }
+            _ => Err(incomplete(format!(
+                "its last event is not the session's head the map proves (version {} at \
+                 position {})",
+                head.version, head.position
+            ))),
+        }
     }
 }

@@ -22,6 +22,7 @@ pub mod event;
 pub mod human;
 pub mod ids;
 pub mod limits;
+pub mod map;
 pub mod merkle;
 pub mod node;
 pub mod note;

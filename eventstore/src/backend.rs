@@ -59,6 +59,9 @@ pub trait Backend: Send + Sync {
     /// See [`crate::EventStore::merkle_root`]: the RFC 6962 root of the first
     /// `size` events.
     fn merkle_root(&self, size: u64) -> Result<MerkleHash>;
+    /// See [`crate::EventStore::map_root`]: the root of the map of stream
+    /// heads at a size an append committed at.
+    fn map_root(&self, size: u64) -> Result<MerkleHash>;
     /// See [`crate::EventStore::inclusion_proof`].
     fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>>;
     /// See [`crate::EventStore::consistency_proof`].

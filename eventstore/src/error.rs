@@ -230,6 +230,17 @@ pub enum EventStoreError {
     /// A proof asked for sizes or positions the log does not have.
     #[error("{0}")]
     Merkle(sandlog_core::merkle::MerkleError),
+    /// No map of stream heads is kept at this tree size: the map is
+    /// stored at the sizes appends committed at (and at the head when the
+    /// log was upgraded to hold it).
+    #[error(
+        "no map of stream heads is stored at tree size {size}: the map is kept at the sizes \
+         appends committed at (a checkpoint's size is one); ask for a checkpoint's size or the head"
+    )]
+    NoMapAt {
+        /// The size asked for.
+        size: u64,
+    },
     /// An import (see [`crate::import`]) was aimed at a store that already
     /// holds a log or blobs. Nothing was written.
     #[error(
@@ -290,6 +301,7 @@ impl EventStoreError {
             Self::Io { .. } => "io",
             Self::MerkleDamaged { .. } => "integrity",
             Self::Merkle(_) => "invalid",
+            Self::NoMapAt { .. } => "invalid",
             Self::InvalidConsumer { .. } => "invalid_consumer",
             Self::CheckpointCorrupt { .. } => "integrity",
             Self::ImportTargetNotEmpty { .. } => "not_empty",
@@ -303,9 +315,10 @@ impl EventStoreError {
             // The bytes changed while being stored: read them again.
             Self::VersionConflict { .. } | Self::BlobHashMismatch { .. } => ErrorClass::Conflict,
             Self::UpgradeBusy { .. } => ErrorClass::Conflict,
-            Self::EventIdReused { .. } | Self::InvalidBatch(_) | Self::Merkle(_) => {
-                ErrorClass::BadInput
-            }
+            Self::EventIdReused { .. }
+            | Self::InvalidBatch(_)
+            | Self::Merkle(_)
+            | Self::NoMapAt { .. } => ErrorClass::BadInput,
             // A root's database file that is damaged or not a database is
             // stored data that cannot be read.
             Self::NotADatabase { .. } => ErrorClass::Integrity,

@@ -57,6 +57,7 @@ pub use error::{ChainProblem, EventStoreError, Result};
 pub use import::{ImportReport, Portable, copy_log};
 pub use merkle::{MerkleReport, StoredCheckpoint};
 pub use read::{LogFilter, PAGE_EVENTS};
+pub use sqlite::map::StreamHeadProof;
 pub use sqlite::read::EnvelopeIter;
 pub use sqlite::subscribe::{
     CONSUMER_NAME_BYTES_MAX, SUBSCRIBE_POLL, SubscribeFrom, Subscription, check_consumer_name,

@@ -154,6 +154,15 @@ pub enum RuntimeError {
         /// What failed.
         reason: String,
     },
+    /// A full audit found the log, its tree, its map or a checkpoint
+    /// disagreeing, first at tree size `size`.
+    #[error("the audit failed at tree size {size}: {reason}")]
+    AuditFailed {
+        /// The first tree size where something disagrees.
+        size: u64,
+        /// What disagrees.
+        reason: String,
+    },
     /// No checkpoint has been signed yet.
     #[error("no signed checkpoint yet: run `sandlog checkpoint --key KEYFILE` (or pass --key)")]
     NoCheckpoint,
@@ -419,7 +428,10 @@ impl RuntimeError {
             }
             Self::Io { .. } => "io",
             Self::Note(NoteError::BadName(_) | NoteError::BadKey { .. }) => "bad_key",
-            Self::Note(_) | Self::Bundle(_) | Self::NotConsistent { .. } => "integrity",
+            Self::Note(_)
+            | Self::Bundle(_)
+            | Self::NotConsistent { .. }
+            | Self::AuditFailed { .. } => "integrity",
             Self::NoCheckpoint => "not_found",
             Self::InputTooLarge { .. } => "too_large",
             Self::Busy { .. } => "busy",
@@ -478,6 +490,7 @@ impl RuntimeError {
             Self::Note(_)
             | Self::Bundle(_)
             | Self::NotConsistent { .. }
+            | Self::AuditFailed { .. }
             | Self::LogMissing { .. }
             | Self::AnchorMismatch { .. }
             | Self::AnchorUnreadable { .. } => ErrorClass::Integrity,

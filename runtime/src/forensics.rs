@@ -81,8 +81,11 @@ impl Engine {
         Ok(self.store.merkle_head()?)
     }
 
-    /// Compares every stored Merkle node with a fold of the events.
+    /// Compares every stored Merkle node with a fold of the events, and
+    /// the map of stream heads at the head with the one the events make.
     pub fn verify_merkle(&self) -> Result<MerkleReport> {
-        Ok(self.store.verify_merkle()?)
+        let report = self.store.verify_merkle()?;
+        self.store.verify_map()?;
+        Ok(report)
     }
 }

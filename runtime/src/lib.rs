@@ -43,6 +43,7 @@ pub struct ReadmeDoctests;
 pub mod adopt;
 pub mod anchor;
 pub mod applier;
+pub mod audit;
 pub mod documents;
 pub mod engine;
 pub mod error;

@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use sandlog_core::bundle::{BUNDLE_FORMAT, Bundle, BundleEvent, VerifiedBundle};
+use sandlog_core::bundle::{
+    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, BundleEvent, BundleHead, VerifiedBundle,
+};
+use sandlog_core::map;
 use sandlog_core::merkle::{self, MerkleHash};
 use sandlog_core::note::{Checkpoint, SignerKey, VerifierKey};
 use sandlog_core::{Envelope, Event, Hash, Position, SessionId, StreamId};
@@ -98,6 +101,74 @@ pub struct BundleReport {
     /// ([`verify_bundle_witnessed`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witnesses: Option<sandlog_core::cosignature::QuorumReport>,
+    /// Whether the bundle is proven to hold the session's whole stream as
+    /// of the checkpoint (format 2: its last event is the head the
+    /// checkpoint's map proves). False for a format 1 bundle.
+    pub complete: bool,
+    /// What the bundle proves: `"inclusion and completeness"`, or
+    /// `"inclusion only"` for a format 1 bundle (events may be missing
+    /// from its end).
+    pub proves: &'static str,
+    /// The session's head at the checkpoint's size, as the map proves it
+    /// (format 2).
+    pub head: Option<HeadReport>,
+}
+
+/// A stream's head, ready to print as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeadReport {
+    /// Its last version.
+    pub version: u64,
+    /// Its last event's position.
+    pub position: u64,
+    /// Its last event's chain hash, hex.
+    pub hash: String,
+}
+
+impl From<&map::StreamHead> for HeadReport {
+    fn from(head: &map::StreamHead) -> Self {
+        HeadReport {
+            version: head.version,
+            position: head.position,
+            hash: head.hash.to_hex(),
+        }
+    }
+}
+
+/// A session's head at a tree size with its map proof, or the proof it
+/// had no event then, ready to print as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionProof {
+    /// The session.
+    pub session_id: SessionId,
+    /// Whether it had an event at `size`.
+    pub present: bool,
+    /// Its last version then (present only).
+    pub version: Option<u64>,
+    /// Its last event's position then (present only).
+    pub position: Option<u64>,
+    /// Its last event's chain hash then, hex (present only).
+    pub hash: Option<String>,
+    /// The tree size.
+    pub size: u64,
+    /// The map root at `size`, hex.
+    pub map_root: String,
+    /// The map proof: siblings from the key's place up, leaf side first,
+    /// hex.
+    pub proof: Vec<String>,
+    /// For an absent session whose path ends on another stream's leaf:
+    /// that leaf's key and value, hex (`null` when it ends on an empty
+    /// subtree, or the session is present).
+    pub other_leaf: Option<OtherLeaf>,
+}
+
+/// The leaf a non-membership proof ends on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OtherLeaf {
+    /// Its key, hex.
+    pub key: String,
+    /// Its value, hex.
+    pub value: String,
 }
 
 /// Raw bytes of blobs one bundle carries at most; past it the remaining
@@ -149,6 +220,7 @@ pub fn verify_bundle_witnessed(
         session_id,
         envelopes,
         blobs,
+        head,
     } = bundle.verify(key).map_err(RuntimeError::Bundle)?;
     let mut missing: Vec<String> = envelopes
         .iter()
@@ -169,19 +241,27 @@ pub fn verify_bundle_witnessed(
         missing_blobs: missing,
         state: state.sessions.get(&session_id).cloned(),
         witnesses: quorum,
+        complete: head.is_some(),
+        proves: match head {
+            Some(_) => "inclusion and completeness",
+            None => "inclusion only",
+        },
+        head: head.as_ref().map(HeadReport::from),
     })
 }
 
 impl Engine {
     /// Signs a checkpoint of the whole log with `key`, stores it, and
     /// returns it.
+    /// The note carries the root of the map of stream heads as an
+    /// extension line (see [`map::checkpoint_line`]).
     pub fn sign_checkpoint(&self, key: &SignerKey) -> Result<SignedCheckpoint> {
-        let (size, root) = self.store.merkle_head()?;
+        let (size, root, map_root) = self.store.checkpoint_head()?;
         let checkpoint = Checkpoint {
             origin: key.name().to_owned(),
             size,
             root,
-            extensions: Vec::new(),
+            extensions: vec![map::checkpoint_line(&map_root)],
         };
         let note = checkpoint.sign(key).map_err(RuntimeError::Note)?;
         self.store.store_checkpoint(size, &root, &note)?;
@@ -271,6 +351,42 @@ impl Engine {
         })
     }
 
+    /// The head of session `session_id` at tree size `size` (default: the
+    /// whole log) with its map proof, or the proof that it had no event
+    /// then. `size` must be a size the map is kept at (a checkpoint's).
+    pub fn prove_session(&self, session_id: SessionId, size: Option<u64>) -> Result<SessionProof> {
+        let size = match size {
+            Some(size) => size,
+            None => self.store.merkle_head()?.0,
+        };
+        let proven = self
+            .store
+            .stream_head_proof(&session_id.stream().to_string(), size)?;
+        let other_leaf = match proven.proof.terminal {
+            map::Terminal::Leaf { key, value } if proven.head.is_none() => Some(OtherLeaf {
+                key: MerkleHash(key).to_hex(),
+                value: value.to_hex(),
+            }),
+            _ => None,
+        };
+        Ok(SessionProof {
+            session_id,
+            present: proven.head.is_some(),
+            version: proven.head.map(|head| head.version),
+            position: proven.head.map(|head| head.position),
+            hash: proven.head.map(|head| head.hash.to_hex()),
+            size,
+            map_root: proven.map_root.to_hex(),
+            proof: proven
+                .proof
+                .siblings
+                .iter()
+                .map(MerkleHash::to_hex)
+                .collect(),
+            other_leaf,
+        })
+    }
+
     /// The consistency proof between the trees of the first `old` and `new`
     /// events (default: the whole log).
     pub fn prove_consistency(&self, old: u64, new: Option<u64>) -> Result<ConsistencyProof> {
@@ -342,6 +458,35 @@ impl Engine {
         if envelopes.is_empty() {
             return Err(RuntimeError::UnknownSession(session_id));
         }
+        // A checkpoint signed before the map existed (or whose size keeps
+        // no map since a rebuild) gives a format 1 bundle: inclusion only.
+        let signs_map = note
+            .lines()
+            .skip(3)
+            .take_while(|line| !line.is_empty())
+            .any(|line| line.starts_with(map::CHECKPOINT_LINE_PREFIX));
+        let proven = match signs_map {
+            true => match self
+                .store
+                .stream_head_proof(&session_id.stream().to_string(), body_size)
+            {
+                Ok(proven) => Some(proven),
+                Err(sandlog_eventstore::EventStoreError::NoMapAt { .. }) => None,
+                Err(error) => return Err(error.into()),
+            },
+            false => None,
+        };
+        if proven.is_none() {
+            tracing::warn!(
+                size = body_size,
+                "the checkpoint has no map proof here; the bundle proves inclusion only \
+                 (sign a fresh checkpoint with --key for a complete one)"
+            );
+        }
+        // A session made after the checkpoint has no head in it.
+        if proven.as_ref().is_some_and(|proven| proven.head.is_none()) {
+            return Err(RuntimeError::UnknownSession(session_id));
+        }
         let mut events = Vec::new();
         let mut blobs = BTreeMap::new();
         let mut carried = 0u64;
@@ -369,11 +514,32 @@ impl Engine {
                 }
             }
         }
+        let (format, head, map_proof) = match proven {
+            Some(proven) => (
+                BUNDLE_FORMAT,
+                proven.head.map(|head| BundleHead {
+                    version: head.version,
+                    position: head.position,
+                    hash: head.hash.to_hex(),
+                }),
+                Some(
+                    proven
+                        .proof
+                        .siblings
+                        .iter()
+                        .map(MerkleHash::to_hex)
+                        .collect(),
+                ),
+            ),
+            None => (BUNDLE_FORMAT_V1, None, None),
+        };
         Ok(Bundle {
-            format: BUNDLE_FORMAT.to_owned(),
+            format: format.to_owned(),
             session_id,
             checkpoint: note,
             events,
+            head,
+            map_proof,
             blobs,
         })
     }

@@ -1,7 +1,8 @@
 //! One conformance suite for the log's storage contract (`Backend`), run
 //! on SQLite and on PostgreSQL (a real server: see `support::pg`), and a
 //! check that both store the same input as the same log, event for event,
-//! hash for hash, with the same Merkle roots and proofs.
+//! hash for hash, with the same Merkle roots and proofs and the same maps
+//! of stream heads.
 //!
 //! Each test runs its checks on both backends in turn; a PostgreSQL server
 //! that cannot be had fails the test, saying why.
@@ -723,11 +724,30 @@ fn both_backends_store_the_same_input_as_the_same_log() {
     for subject in &subjects {
         let store = subject.backend();
         let mut returned = Vec::new();
+        // The map of stream heads at each commit, stored and recomputed
+        // from the returned envelopes alone.
+        let mut map_roots = Vec::new();
+        let mut recomputed = sandlog_core::map::MemoryMap::new();
         for (step, batch) in script.iter().enumerate() {
             subject
                 .clock()
                 .advance(Duration::from_millis(250 * step as u64));
-            returned.extend(store.append_batch(batch).unwrap());
+            let appended = store.append_batch(batch).unwrap();
+            let mut heads = sandlog_core::map::HeadFold::default();
+            for envelope in &appended {
+                heads.push(
+                    &envelope.stream.to_string(),
+                    envelope.version.0,
+                    envelope.position.0,
+                    envelope.hash,
+                );
+            }
+            let expected = recomputed.apply(&heads.take()).unwrap();
+            let size = appended.last().map_or(0, |last| last.position.0);
+            let stored = store.map_root(size).unwrap();
+            assert_eq!(stored, expected, "{}: map root at {size}", subject.name());
+            map_roots.push((size, stored));
+            returned.extend(appended);
             // Retries of every batch return what was stored.
             assert_eq!(
                 store.append_batch(batch).unwrap().len(),
@@ -758,6 +778,7 @@ fn both_backends_store_the_same_input_as_the_same_log() {
             consistencies,
             error,
             store.blob_state(&Hash::of(&blob)).unwrap(),
+            map_roots,
         ));
     }
     let (sqlite, postgres) = (&logs[0], &logs[1]);
@@ -773,6 +794,7 @@ fn both_backends_store_the_same_input_as_the_same_log() {
     assert_eq!(sqlite.5, postgres.5, "consistency proofs");
     assert_eq!(sqlite.6, postgres.6, "conflict errors");
     assert_eq!(sqlite.7, postgres.7, "blob states");
+    assert_eq!(sqlite.8, postgres.8, "map roots");
 }
 
 /// What one random operation asks for: a stream (of four), an expectation
@@ -834,6 +856,7 @@ proptest::proptest! {
             seen.push(format!("{log:?}"));
             seen.push(format!("{:?}", store.head().unwrap()));
             seen.push(format!("{:?}", store.merkle_root(size).unwrap()));
+            seen.push(format!("{:?}", store.map_root(size).unwrap()));
             seen.push(format!("{:?}", store.verify(None).unwrap()));
             outcomes.push(seen);
         }

@@ -154,6 +154,50 @@ fn a_store_from_before_the_tree_gets_it_on_open() -> TestResult {
     Ok(())
 }
 
+/// Goal: a store from before the map of stream heads (schema 5 and
+/// older) gains it on open, built from the log: the same root the appends
+/// made, at the head and at a stored checkpoint's size, and appends go on
+/// from it. Method: record the roots, turn the file back into schema 4,
+/// reopen, compare; then damage the stored root and see `verify_map`
+/// refuse it.
+#[test]
+fn a_store_from_before_the_map_gets_it_on_open() -> TestResult {
+    let temp = temp_store()?;
+    let streams: Vec<StreamId> = (0..5)
+        .map(|_| StreamId::Session(sandlog_core::SessionId::new_v4()))
+        .collect();
+    for (i, stream) in streams.iter().enumerate() {
+        append_n(&temp.store, *stream, 3 + i)?;
+    }
+    let (middle, tree_root, middle_map) = temp.store.checkpoint_head()?;
+    temp.store
+        .store_checkpoint(middle, &tree_root, "a stored note")?;
+    append_n(&temp.store, streams[0], 2)?;
+    let (head, _, head_map) = temp.store.checkpoint_head()?;
+    assert_ne!(middle_map, head_map);
+    {
+        let connection = rusqlite::Connection::open(temp.path())?;
+        connection.execute_batch(sandlog_tests::AS_SCHEMA_4)?;
+    }
+    let temp = temp.reopen()?;
+    assert_eq!(temp.store.map_root(head)?, head_map);
+    assert_eq!(temp.store.map_root(middle)?, middle_map);
+    assert_eq!(temp.store.verify_map()?, head_map);
+    append_n(&temp.store, streams[4], 1)?;
+    let proof = temp
+        .store
+        .stream_head_proof(&streams[4].to_string(), head + 1)?;
+    assert_eq!(proof.head.map(|head| head.version), Some(8));
+    // A stored root that disagrees with the events is found.
+    temp.tamperer()?.execute(
+        "UPDATE map_roots SET root = zeroblob(32) WHERE size = ?1",
+        [(head + 1) as i64],
+    )?;
+    let error = temp.store.verify_map().unwrap_err();
+    assert!(error.to_string().contains("the events make"), "{error}");
+    Ok(())
+}
+
 /// Goal: a changed, deleted or extra node is reported by `verify_merkle`,
 /// and `rebuild_merkle` restores the tree.
 #[test]

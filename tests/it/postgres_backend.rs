@@ -452,3 +452,38 @@ fn a_write_commits_its_blobs_and_events_together_or_not_at_all() {
     frontier.append(&envelopes[0].hash.0);
     assert_eq!(store.merkle_root(1).unwrap(), frontier.root());
 }
+
+/// Goal: a PostgreSQL log from before the map of stream heads (schema 2)
+/// gains it when a newer sandlog connects, built from the log in the
+/// migration's transaction: the same root the appends made at the head.
+/// Method: append to a few streams, drop the map's tables and set the
+/// schema back to 2, reconnect, compare.
+#[test]
+fn a_log_from_before_the_map_gets_it_on_connect() {
+    let db = database();
+    let store = PgEventStore::connect(&db.url).unwrap();
+    for n in 1..=4usize {
+        let events: Vec<_> = (0..n)
+            .map(|i| new_event("test.event", &json!({ "i": i })))
+            .collect();
+        store
+            .append(
+                StreamId::Session(SessionId::new_v4()),
+                ExpectedVersion::NoStream,
+                &events,
+            )
+            .unwrap();
+    }
+    let head = store.head().unwrap().position.0;
+    let before = store.map_root(head).unwrap();
+    assert_ne!(before, sandlog_core::map::EMPTY);
+    drop(store);
+    db.client()
+        .unwrap()
+        .batch_execute(
+            "DROP TABLE map_nodes; DROP TABLE map_roots; UPDATE sandlog_schema SET version = 2",
+        )
+        .unwrap();
+    let store = PgEventStore::connect(&db.url).unwrap();
+    assert_eq!(store.map_root(head).unwrap(), before);
+}

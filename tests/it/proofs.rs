@@ -123,7 +123,341 @@ fn a_bundle_missing_an_event_or_checked_with_another_key_fails_by_name() -> Test
     assert!(error.to_string().contains("no signature by key"), "{error}");
     bundle.events.remove(1);
     let error = verify_bundle(&serde_json::to_vec(&bundle)?, &key.verifier()).unwrap_err();
-    assert!(error.to_string().contains("an event is missing"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("an event in the middle is missing"),
+        "{error}"
+    );
+    Ok(())
+}
+
+/// Goal: issue "a bundle missing its tail, its middle or its first event
+/// is refused, naming what is missing"; a complete one says so. Method:
+/// export a format 2 bundle, check `complete` and the proven head, then
+/// drop the last, the first and a middle event in turn; each is refused
+/// as incomplete (an integrity failure), naming the versions missing. The
+/// same bundle stripped of its map proof (an old format 1 bundle) still
+/// verifies, saying it proves inclusion only.
+#[test]
+fn a_bundle_missing_its_first_middle_or_last_event_is_refused() -> TestResult {
+    let (root, session) = populated()?;
+    let key = sandlog_core::note::SignerKey::from_seed("sandlog.test/log", [8; 32])?;
+    let bundle = root.engine.export_bundle(session, Some(&key))?;
+    let vkey = key.verifier();
+    let events = bundle.events.len() as u64;
+    assert!(events >= 4, "{events}");
+    let report = verify_bundle(&serde_json::to_vec(&bundle)?, &vkey)?;
+    assert!(report.complete);
+    assert_eq!(report.proves, "inclusion and completeness");
+    let head = report.head.ok_or("no proven head")?;
+    assert_eq!(head.version, events);
+    assert_eq!(
+        Some(head.position),
+        bundle.events.last().map(|e| e.position)
+    );
+
+    let cases: [(&str, usize, &str); 3] = [
+        (
+            "last",
+            bundle.events.len() - 1,
+            "its last events are missing",
+        ),
+        ("first", 0, "its first event is missing"),
+        ("middle", 2, "an event in the middle is missing"),
+    ];
+    for (name, index, expected) in cases {
+        let mut cut = bundle.clone();
+        let removed = cut.events.remove(index);
+        let error = verify_bundle(&serde_json::to_vec(&cut)?, &vkey).expect_err(name);
+        let text = error.to_string();
+        assert!(error.is_integrity(), "{name}: {text}");
+        assert!(text.contains(expected), "{name}: {text}");
+        assert!(
+            text.contains(&format!("version {}", removed.version)),
+            "{name}: {text}"
+        );
+    }
+
+    // A head that claims less than the map proves does not verify.
+    let mut shorter = bundle.clone();
+    shorter.events.pop();
+    if let (Some(head), Some(last)) = (shorter.head.as_mut(), shorter.events.last()) {
+        head.version = last.version;
+        head.position = last.position;
+        head.hash = last.hash.clone();
+    }
+    let error = verify_bundle(&serde_json::to_vec(&shorter)?, &vkey).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("not proven by the checkpoint's map"),
+        "{error}"
+    );
+
+    // An old-format bundle: inclusion only, and it says so.
+    let mut old = bundle.clone();
+    old.format = sandlog_core::bundle::BUNDLE_FORMAT_V1.to_owned();
+    old.head = None;
+    old.map_proof = None;
+    let report = verify_bundle(&serde_json::to_vec(&old)?, &vkey)?;
+    assert!(!report.complete);
+    assert_eq!(report.proves, "inclusion only");
+    assert!(report.head.is_none());
+    // Cut at its end, an old bundle cannot tell: the reason for format 2.
+    old.events.pop();
+    assert!(!verify_bundle(&serde_json::to_vec(&old)?, &vkey)?.complete);
+    Ok(())
+}
+
+/// Goal: issue "a non-membership proof for an unknown session verifies
+/// and one for an existing session cannot be forged". Method: prove a
+/// present session and an absent one at the head and at an older
+/// checkpoint's size (before the second session existed); check each
+/// against the signed map root with the pure verifier, and try every way
+/// of turning the present session's proof into one of absence.
+#[test]
+fn session_proofs_show_heads_and_absence_and_absence_cannot_be_forged() -> TestResult {
+    use sandlog_core::map::{self, MapProof, Terminal};
+    use sandlog_core::merkle::MerkleHash;
+    let root = TestRoot::new()?;
+    let key = sandlog_core::note::SignerKey::from_seed("sandlog.test/log", [9; 32])?;
+    let early = root.engine.create_session(BTreeMap::new())?.session_id;
+    let old = root.engine.sign_checkpoint(&key)?;
+    let late = root.engine.create_session(BTreeMap::new())?.session_id;
+    for _ in 0..40 {
+        root.engine.create_session(BTreeMap::new())?;
+    }
+    root.engine
+        .write_file(early, &WorkspacePath::parse("a")?, b"a", false)?;
+    let new = root.engine.sign_checkpoint(&key)?;
+    let vkey = key.verifier();
+    let map_root_of = |note: &str| -> Result<MerkleHash, Box<dyn std::error::Error + Send + Sync>> {
+        let checkpoint = sandlog_core::note::Checkpoint::verify(note, &vkey)?;
+        Ok(map::root_of_checkpoint(&checkpoint)?.ok_or("no map root line")?)
+    };
+    let hex32 = |text: &str| -> Result<[u8; 32], Box<dyn std::error::Error + Send + Sync>> {
+        Ok(MerkleHash::from_hex(text)?.0)
+    };
+    let check = |proof: &sandlog_runtime::proofs::SessionProof,
+                 note: &str|
+     -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let map_root = map_root_of(note)?;
+        assert_eq!(proof.map_root, map_root.to_hex());
+        let key = map::key_of(&proof.session_id.stream().to_string());
+        let siblings = proof
+            .proof
+            .iter()
+            .map(|h| MerkleHash::from_hex(h))
+            .collect::<Result<Vec<_>, _>>()?;
+        if proof.present {
+            let value = map::StreamHead {
+                version: proof.version.ok_or("version")?,
+                position: proof.position.ok_or("position")?,
+                hash: sandlog_core::Hash::from_hex(proof.hash.as_deref().ok_or("hash")?)?,
+            }
+            .value();
+            map::verify(
+                &map_root,
+                &key,
+                Some(&value),
+                &MapProof {
+                    siblings,
+                    terminal: Terminal::Leaf { key, value },
+                },
+            )?;
+        } else {
+            let terminal = match &proof.other_leaf {
+                Some(other) => Terminal::Leaf {
+                    key: hex32(&other.key)?,
+                    value: MerkleHash(hex32(&other.value)?),
+                },
+                None => Terminal::Empty,
+            };
+            map::verify(&map_root, &key, None, &MapProof { siblings, terminal })?;
+        }
+        Ok(())
+    };
+
+    let present = root.engine.prove_session(early, None)?;
+    assert!(present.present);
+    assert_eq!(present.version, Some(2));
+    assert_eq!(present.size, new.size);
+    check(&present, &new.note)?;
+    let then = root.engine.prove_session(early, Some(old.size))?;
+    assert_eq!(then.version, Some(1));
+    check(&then, &old.note)?;
+    let not_yet = root.engine.prove_session(late, Some(old.size))?;
+    assert!(!not_yet.present);
+    check(&not_yet, &old.note)?;
+    let unknown = sandlog_core::SessionId::new_v4();
+    let absent = root.engine.prove_session(unknown, None)?;
+    assert!(!absent.present && absent.version.is_none());
+    check(&absent, &new.note)?;
+
+    // Forging absence of a present session: its own siblings with an
+    // empty end, or another absent session's proof, or its sibling list
+    // ending on a neighbour's leaf: none reaches the signed root.
+    let map_root = map_root_of(&new.note)?;
+    let key_early = map::key_of(&early.stream().to_string());
+    let siblings: Vec<MerkleHash> = present
+        .proof
+        .iter()
+        .map(|h| MerkleHash::from_hex(h))
+        .collect::<Result<_, _>>()?;
+    let empty = MapProof {
+        siblings: siblings.clone(),
+        terminal: Terminal::Empty,
+    };
+    assert!(map::verify(&map_root, &key_early, None, &empty).is_err());
+    for cut in 0..siblings.len() {
+        let shorter = MapProof {
+            siblings: siblings[siblings.len() - cut..].to_vec(),
+            terminal: Terminal::Empty,
+        };
+        assert!(map::verify(&map_root, &key_early, None, &shorter).is_err());
+    }
+    let borrowed: Vec<MerkleHash> = absent
+        .proof
+        .iter()
+        .map(|h| MerkleHash::from_hex(h))
+        .collect::<Result<_, _>>()?;
+    let terminal = match &absent.other_leaf {
+        Some(other) => Terminal::Leaf {
+            key: hex32(&other.key)?,
+            value: MerkleHash(hex32(&other.value)?),
+        },
+        None => Terminal::Empty,
+    };
+    assert!(
+        map::verify(
+            &map_root,
+            &key_early,
+            None,
+            &MapProof {
+                siblings: borrowed,
+                terminal
+            }
+        )
+        .is_err()
+    );
+
+    // A rebuild from the log keeps the map at every checkpoint's size.
+    root.engine.rebuild_merkle()?;
+    let rebuilt = root.engine.prove_session(early, Some(old.size))?;
+    assert_eq!(rebuilt, then);
+    check(&rebuilt, &old.note)?;
+    check(&root.engine.prove_session(late, None)?, &new.note)?;
+
+    // Sizes the map is not kept at are refused, naming the rule.
+    let error = root.engine.prove_session(early, Some(old.size + 1)).err();
+    if let Some(error) = error {
+        assert!(
+            error.to_string().contains("no map of stream heads"),
+            "{error}"
+        );
+    }
+    Ok(())
+}
+
+/// Goal: issue "`audit` catches a tampered map root and a checkpoint of a
+/// forked log", naming the first bad size. Method: an honest root audits
+/// clean; then (each on a fresh root) a stored map root is changed, a
+/// checkpoint is signed with a map root the log does not make, and a
+/// checkpoint of a fork (a copy of the database that went another way)
+/// is given; each is an integrity failure naming its size.
+#[test]
+fn audit_catches_a_tampered_map_root_and_a_forked_checkpoint() -> TestResult {
+    let key = sandlog_core::note::SignerKey::from_seed("sandlog.test/log", [10; 32])?;
+    let vkey = key.verifier();
+    let (root, _) = populated()?;
+    let first = root.engine.sign_checkpoint(&key)?;
+    root.engine.create_session(BTreeMap::new())?;
+    root.engine.sign_checkpoint(&key)?;
+    let report = root.engine.audit(None, &vkey, &|_, _| {})?;
+    assert_eq!(report.checkpoints, 2);
+    assert!(report.map_roots >= 2, "{report:?}");
+    assert_eq!(report.events, root.engine.raw_log()?.head()?.position.0);
+
+    // A stored map root changed behind sandlog's back.
+    {
+        let tamperer = sandlog_tests::open_tamperer(&root.path().join("sandlog.db"))?;
+        tamperer.execute(
+            "UPDATE map_roots SET root = zeroblob(32) WHERE size = ?1",
+            [first.size as i64],
+        )?;
+    }
+    let error = root.engine.audit(None, &vkey, &|_, _| {}).unwrap_err();
+    assert!(error.is_integrity(), "{error}");
+    assert!(
+        matches!(error, RuntimeError::AuditFailed { size, .. } if size == first.size),
+        "{error}"
+    );
+    assert!(error.to_string().contains("stored map"), "{error}");
+
+    // A checkpoint signing a map root the log does not make.
+    let (root, _) = populated()?;
+    let (size, tree_root, _) = root.engine.raw_log()?.checkpoint_head()?;
+    let lying = sandlog_core::note::Checkpoint {
+        origin: key.name().to_owned(),
+        size,
+        root: tree_root,
+        extensions: vec![sandlog_core::map::checkpoint_line(
+            &sandlog_core::merkle::MerkleHash([7; 32]),
+        )],
+    }
+    .sign(&key)?;
+    let error = root
+        .engine
+        .audit(Some(&lying), &vkey, &|_, _| {})
+        .unwrap_err();
+    assert!(
+        matches!(error, RuntimeError::AuditFailed { size: at, .. } if at == size),
+        "{error}"
+    );
+    assert!(error.to_string().contains("signs the map root"), "{error}");
+
+    // A fork: a copy of the database that went another way, signed.
+    let (root, _) = populated()?;
+    let fork_dir = tempfile::tempdir()?;
+    let fork_db = fork_dir.path().join("fork.db");
+    rusqlite::Connection::open(root.path().join("sandlog.db"))?
+        .execute("VACUUM INTO ?1", [fork_db.to_string_lossy()])?;
+    let fork = sandlog_eventstore::EventStore::open(&fork_db, Default::default())?;
+    let base = fork.head()?.position.0;
+    fork.append(
+        sandlog_core::StreamId::System,
+        sandlog_eventstore::ExpectedVersion::Any,
+        &[sandlog_core::NewEvent {
+            event_id: sandlog_core::EventId::now(),
+            kind: "test.forked".into(),
+            schema: 1,
+            actor: "cli:mallory".into(),
+            correlation_id: None,
+            causation_id: None,
+            payload: b"{}".to_vec(),
+        }],
+    )?;
+    let (fork_size, fork_root, fork_map) = fork.checkpoint_head()?;
+    let forked = sandlog_core::note::Checkpoint {
+        origin: key.name().to_owned(),
+        size: fork_size,
+        root: fork_root,
+        extensions: vec![sandlog_core::map::checkpoint_line(&fork_map)],
+    }
+    .sign(&key)?;
+    // The honest log grows past the fork's size the other way.
+    root.engine.create_session(BTreeMap::new())?;
+    root.engine.create_session(BTreeMap::new())?;
+    let error = root
+        .engine
+        .audit(Some(&forked), &vkey, &|_, _| {})
+        .unwrap_err();
+    assert!(
+        matches!(error, RuntimeError::AuditFailed { size, .. } if size == base + 1),
+        "{error}"
+    );
+    assert!(error.to_string().contains("fork"), "{error}");
     Ok(())
 }
 

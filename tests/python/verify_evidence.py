@@ -8,9 +8,21 @@ tlog-cosignature v1 witness cosignatures (signature type 0x04; the signature
 is key id || 8-byte big-endian time || Ed25519 over
 "cosignature/v1", "time <time>" and the checkpoint body, one line each).
 
+The map of stream heads is checked from sandlog's docs/verifiable-log.md:
+a compressed sparse Merkle tree over 256-bit keys SHA-256(stream name),
+leaves SHA-256(0x00 || key || value), nodes SHA-256(0x01 || left || right),
+empty subtrees 32 zero bytes, values SHA-256(version u64 BE || position
+u64 BE || event hash), its root an extension line of the checkpoint
+("sandlog-map/v1 <base64 root>").
+
 Usage:
   verify_evidence.py bundle BUNDLE.json VKEY
-      checks the checkpoint's signature and every event's inclusion proof
+      checks the checkpoint's signature and every event's inclusion proof;
+      for a format 2 bundle also the map proof of the session's head and
+      that the events run from version 1 to exactly that head
+  verify_evidence.py session PROOF.json NOTE VKEY
+      checks the checkpoint's signature and the map proof printed by
+      `sandlog prove session` (the session's head, or its absence)
   verify_evidence.py consistency OLD_NOTE NEW_NOTE PROOF.json VKEY
       checks both checkpoints' signatures and the consistency proof
       (the JSON printed by `sandlog prove consistency`) between them
@@ -91,6 +103,58 @@ def verify_consistency(first: int, second: int, proof, first_root: bytes, second
         fn >>= 1
         sn >>= 1
     return sn == 0 and fr == first_root and sr == second_root
+
+
+MAP_LINE = "sandlog-map/v1 "
+MAP_EMPTY = bytes(32)
+
+
+def map_key(stream: str) -> bytes:
+    return sha256(stream.encode())
+
+
+def map_value(version: int, position: int, event_hash: bytes) -> bytes:
+    return sha256(version.to_bytes(8, "big") + position.to_bytes(8, "big") + event_hash)
+
+
+def map_leaf(key: bytes, value: bytes) -> bytes:
+    return sha256(b"\x00" + key + value)
+
+
+def key_bit(key: bytes, index: int) -> int:
+    return (key[index // 8] >> (7 - index % 8)) & 1
+
+
+def verify_map(root: bytes, key: bytes, value, siblings, other_leaf) -> bool:
+    """value: the key's value (membership) or None (non-membership, ending
+    on an empty subtree, or on other_leaf = (key, value) of another key
+    with the same path). siblings: leaf side first."""
+    depth = len(siblings)
+    if depth > 256:
+        return False
+    if value is not None:
+        node = map_leaf(key, value)
+    elif other_leaf is None:
+        node = MAP_EMPTY
+    else:
+        other_key, other_value = other_leaf
+        if other_key == key:
+            return False
+        if any(key_bit(other_key, i) != key_bit(key, i) for i in range(depth)):
+            return False
+        node = map_leaf(other_key, other_value)
+    for up, sibling in enumerate(siblings):
+        level = depth - 1 - up
+        node = node_hash(sibling, node) if key_bit(key, level) else node_hash(node, sibling)
+    return node == root
+
+
+def checkpoint_map_root(body: str):
+    """The map root an extension line of the checkpoint carries, or None."""
+    roots = [line[len(MAP_LINE):] for line in body.split("\n")[3:] if line.startswith(MAP_LINE)]
+    if len(roots) > 1:
+        raise ValueError("two map root lines")
+    return base64.b64decode(roots[0], validate=True) if roots else None
 
 
 def parse_vkey(text: str, signature_type: int = 0x01):
@@ -175,6 +239,58 @@ def main(argv) -> int:
                 failures,
             )
         check(len(bundle["events"]) > 0, "the bundle has events", failures)
+        if bundle["format"] == "sandlog-evidence-bundle/2":
+            body = verify_note(bundle["checkpoint"], vkey)
+            map_root = checkpoint_map_root(body)
+            check(map_root is not None, "the checkpoint signs a map root", failures)
+            head = bundle["head"]
+            stream = "session/" + bundle["session_id"]
+            value = map_value(head["version"], head["position"], bytes.fromhex(head["hash"]))
+            siblings = [bytes.fromhex(h) for h in bundle["map_proof"]]
+            check(
+                map_root is not None and verify_map(map_root, map_key(stream), value, siblings, None),
+                f"the map proves the session's head: version {head['version']} at position {head['position']}",
+                failures,
+            )
+            versions = [event["version"] for event in bundle["events"]]
+            check(
+                versions == list(range(1, head["version"] + 1)),
+                f"the events are versions 1 to {head['version']}, none missing",
+                failures,
+            )
+            last = bundle["events"][-1] if bundle["events"] else None
+            check(
+                last is not None and last["position"] == head["position"] and last["hash"] == head["hash"],
+                "the last event is the session's head: the bundle is complete",
+                failures,
+            )
+        else:
+            print("NOTE format 1 bundle: proves inclusion only, not that no event is missing at its end")
+    elif len(argv) == 5 and argv[1] == "session":
+        proof = json.load(open(argv[2]))
+        vkey = parse_vkey(argv[4])
+        body = verify_note(open(argv[3]).read(), vkey)
+        size, _ = parse_checkpoint(body, vkey[0])
+        map_root = checkpoint_map_root(body)
+        check(map_root is not None, "the checkpoint signs a map root", failures)
+        check(proof["size"] == size, f"the proof is for the checkpoint's size {size}", failures)
+        check(
+            map_root is not None and proof["map_root"] == map_root.hex(),
+            "the proof's map root is the signed one",
+            failures,
+        )
+        key = map_key("session/" + proof["session_id"])
+        siblings = [bytes.fromhex(h) for h in proof["proof"]]
+        if proof["present"]:
+            value = map_value(proof["version"], proof["position"], bytes.fromhex(proof["hash"]))
+            ok = map_root is not None and verify_map(map_root, key, value, siblings, None)
+            what = f"session {proof['session_id']} has head version {proof['version']} at size {size}"
+        else:
+            other = proof["other_leaf"]
+            other = None if other is None else (bytes.fromhex(other["key"]), bytes.fromhex(other["value"]))
+            ok = map_root is not None and verify_map(map_root, key, None, siblings, other)
+            what = f"session {proof['session_id']} did not exist at size {size}"
+        check(ok, what, failures)
     elif len(argv) == 6 and argv[1] == "consistency":
         vkey = parse_vkey(argv[5])
         old_size, old_root = parse_checkpoint(verify_note(open(argv[2]).read(), vkey), vkey[0])

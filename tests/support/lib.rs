@@ -251,7 +251,8 @@ pub fn upgrade_recorder() -> (UpgradeObserver, Arc<std::sync::Mutex<Vec<String>>
 
 /// SQL that turns a store file of the current schema into one as schema 4
 /// wrote it: `events` indexed by `UNIQUE(stream, version)`, no `streams`
-/// table. Migration tests start from it (and go further back from there).
+/// table, no map of stream heads. Migration tests start from it (and go
+/// further back from there).
 pub const AS_SCHEMA_4: &str = "
     CREATE TABLE events_v4 (
         position       INTEGER PRIMARY KEY,
@@ -278,6 +279,8 @@ pub const AS_SCHEMA_4: &str = "
     CREATE INDEX events_by_correlation ON events (correlation_id, position)
         WHERE correlation_id IS NOT NULL;
     DROP TABLE streams;
+    DROP TABLE map_nodes;
+    DROP TABLE map_roots;
     PRAGMA user_version = 4;
 ";
 

@@ -78,6 +78,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Stats => misc::stats(&engine, output),
                 Command::Checkpoint(args) => proofs::checkpoint(&engine, args, output),
                 Command::Prove(command) => proofs::prove(&engine, command, output),
+                Command::Audit(args) => proofs::audit(&engine, args, output),
                 Command::Evidence(command) => proofs::evidence(Some(&engine), command, output),
                 Command::Tree(command) => proofs::tree(&engine, command, output),
                 Command::Report(args) => report::report(&engine, args, output),

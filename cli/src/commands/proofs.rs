@@ -13,7 +13,9 @@ use sandlog_runtime::proofs::{
 use sandlog_runtime::witness::generate_witness_key_file;
 use serde_json::json;
 
-use crate::args::{CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand};
+use crate::args::{
+    AuditArgs, CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand,
+};
 use crate::exit::CliError;
 use crate::output::Output;
 
@@ -137,12 +139,61 @@ pub fn prove(engine: &Engine, command: ProveCommand, output: &Output) -> Result<
         ProveCommand::Consistency { old, new } => {
             serde_json::to_value(engine.prove_consistency(old, new)?)
         }
+        ProveCommand::Session { id, size } => {
+            let session_id = id
+                .parse::<sandlog_runtime::core::SessionId>()
+                .map_err(|_| CliError::Usage {
+                    kind: "invalid_session_id",
+                    message: format!(
+                        "{id:?} is not a session id: give the full UUID (an absent \
+                             session has no prefix to match)"
+                    ),
+                })?;
+            serde_json::to_value(engine.prove_session(session_id, size)?)
+        }
     }
     .map_err(|error| CliError::Io {
         context: "encoding the proof".into(),
         source: std::io::Error::other(error),
     })?;
     output.json(&value)?;
+    Ok(0)
+}
+
+/// `audit [--checkpoint FILE] --vkey VKEY`.
+pub fn audit(engine: &Engine, args: AuditArgs, output: &Output) -> Result<u8, CliError> {
+    let note = match &args.checkpoint {
+        Some(path) => Some(sandlog_runtime::input::read_text_bounded(
+            path,
+            "checkpoint",
+            sandlog_runtime::proofs::KEY_FILE_BYTES_MAX,
+            "KEY_FILE_BYTES_MAX",
+        )?),
+        None => None,
+    };
+    let key = read_verifier_key(&args.vkey)?;
+    let progress = output.progress_bar("auditing");
+    let report = engine.audit(note.as_deref(), &key, &crate::output::advance(&progress))?;
+    progress.finish();
+    if output.json {
+        output.json(&report)?;
+    } else {
+        output.line(&format!(
+            "{}: {} events replayed; the chain, the tree (root {}) and the map of stream heads \
+             (root {}) agree with {} checkpoints signed by {} and {} stored map roots{}",
+            output.good("ok"),
+            report.events,
+            report.root,
+            report.map_root,
+            report.checkpoints,
+            key.name(),
+            report.map_roots,
+            match report.other_keys {
+                0 => String::new(),
+                n => format!(" ({n} stored checkpoints by other keys skipped)"),
+            }
+        ))?;
+    }
     Ok(0)
 }
 
@@ -265,12 +316,19 @@ pub fn evidence(
             } else {
                 let state = report.state.as_ref();
                 output.line(&format!(
-                    "{}: session {}: {} events proven against checkpoint {} of {}{}, {} blobs checked{}; status {}, {} executions, {} files",
+                    "{}: session {}: {} events proven against checkpoint {} of {} ({}){}, {} blobs checked{}; status {}, {} executions, {} files",
                     output.good("ok"),
                     report.session_id,
                     report.events,
                     report.checkpoint_size,
                     report.origin,
+                    match &report.head {
+                        Some(head) => format!(
+                            "complete: ends at the session's head, version {} at position {}",
+                            head.version, head.position
+                        ),
+                        None => "inclusion only: an old-format bundle, events after the last one may be missing".to_owned(),
+                    },
                     report.witnesses.as_ref().map_or(String::new(), |quorum| format!(
                         " (cosigned by {} of the {} witnesses named, {} required)",
                         quorum.valid,

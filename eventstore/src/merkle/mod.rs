@@ -196,3 +196,77 @@ pub(crate) fn check_consistency_sizes(old: u64, new: u64, head: u64) -> Result<(
     }
     Ok(())
 }
+
+impl From<sandlog_core::map::MapError> for EventStoreError {
+    fn from(error: sandlog_core::map::MapError) -> Self {
+        EventStoreError::MerkleDamaged {
+            reason: format!("the map of stream heads: {error}"),
+        }
+    }
+}
+
+/// The map changes one commit makes: each stream's last envelope among
+/// `envelopes` (in position order) becomes its head. Shared by every
+/// backend, so their maps agree.
+pub(crate) fn head_changes(envelopes: &[sandlog_core::Envelope]) -> Vec<([u8; 32], MerkleHash)> {
+    let mut heads = std::collections::HashMap::new();
+    for envelope in envelopes {
+        heads.insert(envelope.stream, envelope);
+    }
+    heads
+        .into_values()
+        .map(|envelope| {
+            (
+                sandlog_core::map::key_of(&envelope.stream.to_string()),
+                sandlog_core::map::StreamHead {
+                    version: envelope.version.0,
+                    position: envelope.position.0,
+                    hash: envelope.hash,
+                }
+                .value(),
+            )
+        })
+        .collect()
+}
+
+/// A map node's stored columns: its kind (0 leaf, 1 internal) and two
+/// 32-byte values (key and value, or left and right).
+pub(crate) fn map_node_columns(node: &sandlog_core::map::MapNode) -> (i64, [u8; 32], [u8; 32]) {
+    match node {
+        sandlog_core::map::MapNode::Leaf { key, value } => (0, *key, value.0),
+        sandlog_core::map::MapNode::Internal { left, right } => (1, left.0, right.0),
+    }
+}
+
+/// A map node from its stored columns, else the stored map is damaged.
+pub(crate) fn map_node_from_columns(
+    depth: u16,
+    kind: i64,
+    a: &[u8],
+    b: &[u8],
+) -> Result<sandlog_core::map::MapNode> {
+    use sandlog_core::map::{MapError, MapNode};
+    let damaged = |reason: &str| {
+        EventStoreError::from(MapError::Damaged {
+            depth,
+            reason: reason.to_owned(),
+        })
+    };
+    let a: [u8; 32] = a
+        .try_into()
+        .map_err(|_| damaged("a node value is not 32 bytes"))?;
+    let b: [u8; 32] = b
+        .try_into()
+        .map_err(|_| damaged("a node value is not 32 bytes"))?;
+    match kind {
+        0 => Ok(MapNode::Leaf {
+            key: a,
+            value: MerkleHash(b),
+        }),
+        1 => Ok(MapNode::Internal {
+            left: MerkleHash(a),
+            right: MerkleHash(b),
+        }),
+        _ => Err(damaged("a node of unknown kind")),
+    }
+}

@@ -54,6 +54,9 @@ const RETRY_PAUSE_MICROS: u64 = 200;
 /// edge (loaded when first needed).
 struct Tail {
     frontier: Option<Frontier>,
+    /// The events this transaction appended, for the map's update at its
+    /// end.
+    appended: Vec<Envelope>,
 }
 
 /// An open write transaction on PostgreSQL, made by
@@ -217,9 +220,14 @@ impl PgEventStore {
             let mut write = PgWrite {
                 store: self,
                 session,
-                tail: Tail { frontier: None },
+                tail: Tail {
+                    frontier: None,
+                    appended: Vec::new(),
+                },
             };
             let value = f(&mut write)?;
+            // The map of stream heads, once per commit, as on SQLite.
+            super::map::commit(write.session, &write.tail.appended)?;
             Ok((value, write.tail.frontier))
         });
         match outcome {
@@ -292,6 +300,7 @@ impl PgEventStore {
         // the lock makes it fail on a unique constraint, which is retried
         // (see `is_retryable`): the retry's checks then see that append.
         insert_rows(session, &envelopes, &nodes)?;
+        tail.appended.extend(envelopes.iter().cloned());
         Ok(envelopes)
     }
 }

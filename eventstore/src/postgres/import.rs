@@ -123,6 +123,7 @@ impl Portable for PgEventStore {
                 }
             }
             insert_rows(session, envelopes, &nodes)?;
+            super::map::commit(session, envelopes)?;
             Ok(())
         });
         // The cached right edge of the tree (if any) is of an older head.

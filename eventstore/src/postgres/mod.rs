@@ -43,6 +43,7 @@ mod append;
 mod blobs;
 pub(crate) mod classify;
 mod import;
+mod map;
 mod read;
 mod schema;
 
@@ -498,6 +499,10 @@ impl crate::Backend for PgEventStore {
 
     fn merkle_root(&self, size: u64) -> Result<sandlog_core::merkle::MerkleHash> {
         PgEventStore::merkle_root(self, size)
+    }
+
+    fn map_root(&self, size: u64) -> Result<sandlog_core::merkle::MerkleHash> {
+        PgEventStore::map_root(self, size)
     }
 
     fn inclusion_proof(

@@ -21,7 +21,10 @@ use crate::error::{EventStoreError, Result};
 pub const MIGRATION_LOCK_KEY: i64 = 0x536E_4C67_0000_0002;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// The schema version that added the map of stream heads.
+const MAP_SCHEMA_VERSION: i64 = 3;
 
 /// The application name in `sandlog_schema`.
 const APPLICATION: &str = "sandlog";
@@ -103,6 +106,23 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_by_correlation ON events (correlation_id, position)
         WHERE correlation_id IS NOT NULL;
     "#,
+    // 2 → 3: the map of stream heads, as SQLite's schema v6 (see
+    // `crate::sqlite::map`); the migration then builds it from the log.
+    r#"
+    CREATE TABLE map_nodes (
+        depth  BIGINT NOT NULL,
+        prefix BYTEA  NOT NULL,
+        size   BIGINT NOT NULL,
+        kind   BIGINT NOT NULL,
+        a      BYTEA  NOT NULL,
+        b      BYTEA  NOT NULL,
+        PRIMARY KEY (depth, prefix, size)
+    );
+    CREATE TABLE map_roots (
+        size BIGINT PRIMARY KEY,
+        root BYTEA  NOT NULL
+    );
+    "#,
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -117,6 +137,8 @@ fn foreign(database: &str, reason: &str) -> EventStoreError {
 /// Checks the database is sandlog's (or blank) and brings its schema up to
 /// date, in one transaction under the migration lock.
 pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
+    // Outlives the transaction: the map's rebuild runs in a session.
+    let mut statements = super::StatementCache::default();
     let mut transaction = client.transaction()?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])?;
     let has_schema_table: bool = transaction
@@ -183,9 +205,19 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
         );
         transaction.batch_execute(script)?;
     }
-    if version < SCHEMA_VERSION {
-        transaction.execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION])?;
+    let mut session = super::Session {
+        transaction,
+        statements: &mut statements,
+    };
+    if version < MAP_SCHEMA_VERSION {
+        let root = super::map::rebuild(&mut session)?;
+        tracing::info!(root = %root.to_hex(), database, "built the map of stream heads from the log");
     }
-    transaction.commit()?;
+    if version < SCHEMA_VERSION {
+        session
+            .transaction
+            .execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION])?;
+    }
+    session.transaction.commit()?;
     Ok(())
 }

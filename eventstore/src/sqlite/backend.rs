@@ -69,6 +69,10 @@ impl Backend for EventStore {
         EventStore::merkle_root(self, size)
     }
 
+    fn map_root(&self, size: u64) -> Result<MerkleHash> {
+        EventStore::map_root(self, size)
+    }
+
     fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         EventStore::inclusion_proof(self, position, size)
     }

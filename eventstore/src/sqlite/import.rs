@@ -41,6 +41,7 @@ fn insert_verbatim(
     }
     let mut frontier = super::merkle::load_frontier(transaction, head.0)?;
     super::merkle::append_leaves(transaction, &mut frontier, envelopes)?;
+    super::map::commit(transaction, envelopes)?;
     Ok(())
 }
 

@@ -40,6 +40,7 @@ pub mod blobs;
 pub mod chain;
 pub mod error;
 pub mod import;
+pub mod map;
 pub mod merkle;
 pub mod read;
 pub mod rows;
@@ -62,7 +63,7 @@ use crate::error::{EventStoreError, Result};
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How long a writer waits for another process's write lock before failing
 /// with `SQLITE_BUSY`. Appends hold the lock for milliseconds, but a
@@ -227,6 +228,9 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'sandlog: events are append-only'); END;
     "#,
+    // 5 → 6: the map of stream heads (see `map`); the migration then
+    // builds it from the log, at the head.
+    map::MIGRATION,
 ];
 
 /// The schema version that added `merkle_nodes`.
@@ -456,6 +460,9 @@ pub struct EventStore {
     /// Nanoseconds spent growing the Merkle tree inside appends since
     /// open (see [`EventStore::merkle_time`]).
     pub(crate) merkle_nanos: std::sync::atomic::AtomicU64,
+    /// Nanoseconds spent updating the map of stream heads inside appends
+    /// since open (see [`EventStore::map_time`]).
+    pub(crate) map_nanos: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for EventStore {
@@ -617,6 +624,10 @@ fn prepare_schema(
                 "built the Merkle tree over the existing log"
             );
         }
+        if from < map::MAP_SCHEMA_VERSION {
+            let root = map::rebuild(&transaction)?;
+            tracing::info!(root = %root.to_hex(), "built the map of stream heads from the log");
+        }
         transaction.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
         ))?;
@@ -669,6 +680,7 @@ impl EventStore {
             poisoned: AtomicBool::new(false),
             frontier: crate::merkle::FrontierCache::default(),
             merkle_nanos: std::sync::atomic::AtomicU64::new(0),
+            map_nanos: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

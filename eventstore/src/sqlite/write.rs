@@ -154,6 +154,15 @@ impl EventStore {
             let value = f(&mut write)?;
             (value, write.tip, write.appended)
         };
+        // The map of stream heads, once per commit: the map at a commit's
+        // size summarises every event up to it.
+        if !appended.is_empty() {
+            let started = std::time::Instant::now();
+            super::map::commit(&transaction, &appended)?;
+            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.map_nanos
+                .fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+        }
         // New envelopes only: a retry's were folded when first appended.
         if let Some(hook) = &self.hook
             && !appended.is_empty()

@@ -181,12 +181,16 @@ impl EventStore {
         }))
     }
 
-    /// Drops the stored tree and folds it again from the events, in one
-    /// transaction: readers see the old tree or the new one.
+    /// Drops the stored tree and the map of stream heads and folds them
+    /// again from the events, in one transaction: readers see the old
+    /// ones or the new ones. The map is rebuilt at the head and at each
+    /// stored checkpoint's size.
     pub fn rebuild_merkle(&self) -> Result<u64> {
         let folded = self.with_write_transaction(|transaction| -> Result<u64> {
             transaction.execute("DELETE FROM merkle_nodes", [])?;
-            fold_events(transaction, 0)
+            let folded = fold_events(transaction, 0)?;
+            crate::sqlite::map::rebuild(transaction)?;
+            Ok(folded)
         })?;
         self.frontier.clear();
         Ok(folded)
