@@ -225,6 +225,24 @@ fn checkpoints_proofs_and_bundles_verify_here_and_independently() -> TestResult 
     let python = independent(&["bundle".as_ref(), altered.as_os_str(), vkey.as_ref()])?;
     assert!(!python.status.success());
 
+    // A blob no event names, smuggled in beside the evidence: refused.
+    let mut document: Value = serde_json::from_slice(&std::fs::read(&bundle)?)?;
+    let smuggled = sandlog_runtime::core::Hash::of(b"smuggled").to_hex();
+    document["blobs"][&smuggled] = Value::String("c211Z2dsZWQ=".into());
+    let with_extra = dir.path().join("extra-blob.bundle");
+    std::fs::write(&with_extra, serde_json::to_vec(&document)?)?;
+    let refused = stderr_failure(
+        sandlog(&nowhere)
+            .args(["evidence", "verify"])
+            .arg(&with_extra)
+            .args(["--vkey", &vkey]),
+        4,
+    );
+    assert!(
+        refused.contains(&smuggled) && refused.contains("named by none"),
+        "{refused}"
+    );
+
     // A verifier key that does not parse is the caller's mistake (exit 2,
     // naming the key), not a forged bundle (exit 4).
     let mistyped = format!("{}x", vkey.trim_end());

@@ -1140,7 +1140,10 @@ Promise.allSettled([
     );
     // The page's own source names the session; what it read would be in
     // `data-read`.
-    assert!(!dom.contains("data-read="), "the page read the session list: {dom}");
+    assert!(
+        !dom.contains("data-read="),
+        "the page read the session list: {dom}"
+    );
 
     let sessions = session_ids(&root);
     assert_eq!(sessions, [id.clone()], "the page created a session");

@@ -259,6 +259,15 @@ pub enum BundleError {
         /// What the bytes hash to.
         actual: String,
     },
+    /// The bundle carries a blob that none of its events says was stored:
+    /// bytes smuggled in beside the evidence.
+    #[error(
+        "blob {name} is named by none of the bundle's events: a bundle carries only the code, output and files its events name"
+    )]
+    BlobUnnamed {
+        /// Its name (blake3 hex).
+        name: String,
+    },
 }
 
 /// What a verified bundle holds, ready to fold or print.

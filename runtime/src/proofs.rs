@@ -16,7 +16,7 @@ use sandlog_core::bundle::{
 use sandlog_core::map;
 use sandlog_core::merkle::{self, MerkleHash};
 use sandlog_core::note::{Checkpoint, SignerKey, VerifierKey};
-use sandlog_core::{Envelope, Event, Hash, Position, SessionId, StreamId};
+use sandlog_core::{Envelope, Hash, Position, SessionId, StreamId};
 use sandlog_projections::SessionState;
 use sandlog_projections::state::State;
 use serde::Serialize;
@@ -179,20 +179,15 @@ pub const BUNDLE_BLOB_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 /// The blobs an event says were stored (code, output kept as evidence,
 /// file contents kept).
+/// The blobs an event says were stored: the read model's rule
+/// (`sandlog_projections::evidence::named_blobs`), so a bundle and the
+/// root agree on what evidence an event names.
 fn blob_refs(envelope: &Envelope) -> Vec<Hash> {
     match envelope.event() {
-        Ok(Some(Event::SessionExecuted(executed))) => {
-            let mut hashes = vec![executed.code_blake3];
-            if executed
-                .evidence
-                .is_some_and(|evidence| evidence.output_kept)
-            {
-                hashes.push(executed.stdout_blake3);
-                hashes.push(executed.stderr_blake3);
-            }
-            hashes
-        }
-        Ok(Some(Event::FileWritten(written))) if written.content_stored() => vec![written.blake3],
+        Ok(Some(event)) => sandlog_projections::evidence::named_blobs(&event)
+            .into_iter()
+            .map(|(_, hash, _)| hash)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -230,6 +225,14 @@ pub fn verify_bundle_witnessed(
         .collect();
     missing.sort();
     missing.dedup();
+    let named: std::collections::BTreeSet<Hash> = envelopes.iter().flat_map(blob_refs).collect();
+    if let Some(unnamed) = blobs.keys().find(|hash| !named.contains(hash)) {
+        return Err(RuntimeError::Bundle(
+            sandlog_core::bundle::BundleError::BlobUnnamed {
+                name: unnamed.to_hex(),
+            },
+        ));
+    }
     let state = State::fold(envelopes.iter());
     Ok(BundleReport {
         ok: true,
