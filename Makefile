@@ -2,7 +2,9 @@
 # runtimes, verified by sha256) before building.
 #
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
-#   make test   the full test suite (what CI runs), the Python package's too
+#   make test   the full test suite (what CI runs), the Python package's too;
+#               first installs what the tests need from the OS when absent
+#               (scripts/install-test-deps.sh)
 #   make python-test   build the Python package into target/venv, run its tests
 #   make mcp-test   drive `sandlog mcp` with the official MCP Python client
 
@@ -26,7 +28,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test runtimes lint bench python-test python-bench mcp-test
+.PHONY: demo test test-deps runtimes lint bench python-test python-bench mcp-test
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -39,7 +41,12 @@ DEMO_FLAGS ?= --no-default-features
 demo: runtimes
 	cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
 
-test: runtimes python-test mcp-test
+# What the tests need from the OS (chromium, tmux, PostgreSQL, python3-venv),
+# installed when absent, before anything is built: test-deps comes first.
+test-deps:
+	@scripts/install-test-deps.sh
+
+test: test-deps runtimes python-test mcp-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
 
 $(VENV)/bin/python:

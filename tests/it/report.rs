@@ -339,7 +339,8 @@ fn chromium() -> PathBuf {
     assert!(
         path.is_file(),
         "/usr/bin/chromium is missing: the browser test needs Debian's `chromium` package \
-         (`apt-get install -y --no-install-recommends chromium`; .ci/run installs it)"
+         (`apt-get install -y --no-install-recommends chromium`; `scripts/install-test-deps.sh`, \
+         which `make test` runs, installs it)"
     );
     path
 }
