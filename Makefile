@@ -1,5 +1,6 @@
 # sandlog's two entry points. Both install what they need (the pinned guest
-# runtimes, verified by sha256) before building.
+# runtimes, verified by sha256; for the tests, what they need from the OS)
+# before building or running.
 #
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
 #   make test   the full test suite (what CI runs), the Python package's too;
@@ -36,10 +37,13 @@ runtimes:
 # The walk-through needs neither the servers nor PostgreSQL, a third of
 # the build: a new user's first command builds without them. CI, which
 # has built everything for the tests already, passes DEMO_FLAGS= to
-# reuse that build.
+# reuse that build. The runtimes go where a user's would, the per-user
+# directory (`sandlog runtimes install`), not the tests' .runtimes/, so
+# everything after the demo works in a new shell without variables.
 DEMO_FLAGS ?= --no-default-features
-demo: runtimes
-	cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
+demo:
+	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- runtimes install
+	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
 
 # What the tests need from the OS (chromium, tmux, PostgreSQL, python3-venv),
 # installed when absent, before anything is built: test-deps comes first.

@@ -59,6 +59,7 @@ pub mod native;
 pub mod proofs;
 pub mod report;
 pub mod retention;
+pub mod runtimes;
 pub mod sandbox;
 pub mod sessions;
 pub mod shared;

@@ -168,7 +168,7 @@ fn a_report_shows_the_session_and_only_escaped_guest_output() -> TestResult {
         "- beta",
         "+ BETA-CHANGED",
         "+ delta-added",
-        "binary content, 1.0 KB",
+        "binary content, 1 KiB",
         "host/notes.md",
         "<i>host</i>",
         "ok: the hash chain is intact",

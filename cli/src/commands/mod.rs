@@ -12,6 +12,7 @@ mod proofs;
 mod prune;
 mod report;
 mod retention;
+mod runtimes;
 pub mod serve;
 mod session;
 
@@ -38,6 +39,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         }
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
         Command::Demo => demo::demo(&root, output),
+        Command::Runtimes(command) => runtimes::run(&root, command, output),
         Command::Keygen(args) => proofs::keygen(args, output),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
             proofs::evidence(None, command, output)
@@ -78,6 +80,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 | Command::HelpMarkdown
                 | Command::Adopt(_)
                 | Command::Keygen(_)
+                | Command::Runtimes(_)
                 | Command::Demo => Ok(0),
             }
         }
