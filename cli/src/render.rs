@@ -256,10 +256,11 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             } else {
                 "-".to_owned()
             },
-            session
-                .group
-                .as_deref()
-                .map_or_else(|| "-".to_owned(), escaped),
+            // No group: `-` for people, an empty field in TSV.
+            session.group.as_deref().map_or_else(
+                || if output.tsv { String::new() } else { "-".to_owned() },
+                escaped,
+            ),
         ]);
     }
     table

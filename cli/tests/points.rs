@@ -173,7 +173,7 @@ fn the_log_fits_the_width_and_wide_shows_all() {
     let long = format!("{}/file.txt", "a-long-directory-name".repeat(8));
     put(&root, &id, &long, b"x");
     let fitted = sandlog(&root)
-        .env("COLUMNS", "100")
+        .env("COLUMNS", "120")
         .args(["log"])
         .assert()
         .success()
@@ -182,11 +182,11 @@ fn the_log_fits_the_width_and_wide_shows_all() {
         .clone();
     let fitted = String::from_utf8(fitted).unwrap();
     for line in fitted.lines() {
-        assert!(line.chars().count() <= 100, "wider than 100: {line:?}");
+        assert!(line.chars().count() <= 120, "wider than 120: {line:?}");
     }
     assert!(fitted.contains('…'), "{fitted}");
     assert!(!fitted.contains(&long), "{fitted}");
-    let wide = stdout_of(sandlog(&root).env("COLUMNS", "100").args(["--wide", "log"]));
+    let wide = stdout_of(sandlog(&root).env("COLUMNS", "120").args(["--wide", "log"]));
     assert!(wide.contains(&long), "{wide}");
 }
 

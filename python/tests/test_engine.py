@@ -659,3 +659,10 @@ def test_executions_are_recorded_with_their_evidence(engine: sandlog.Engine, sid
     assert [record["outcome"] for record in records] == ["ok", "error"]
     assert "print('hello')" in str(records[0]["code"])
     assert "hello" in str(records[0]["stdout"])
+
+
+def test_the_package_has_a_version() -> None:
+    # The workspace's version, as `sandlog --version` prints it.
+    cargo = (Path(__file__).resolve().parents[2] / "Cargo.toml").read_text()
+    version = cargo.split("[workspace.package]", 1)[1].split('version = "', 1)[1].split('"', 1)[0]
+    assert sandlog.__version__ == version
