@@ -258,7 +258,13 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             },
             // No group: `-` for people, an empty field in TSV.
             session.group.as_deref().map_or_else(
-                || if output.tsv { String::new() } else { "-".to_owned() },
+                || {
+                    if output.tsv {
+                        String::new()
+                    } else {
+                        "-".to_owned()
+                    }
+                },
                 escaped,
             ),
         ]);

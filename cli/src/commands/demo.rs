@@ -304,7 +304,11 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
         stats.sessions.values().sum::<u64>(),
         stats.executions,
     ))?;
-    let sandlog = format!("{} --root {}", shell_word(&invoked_as()), shell_word(&root.to_string_lossy()));
+    let sandlog = format!(
+        "{} --root {}",
+        shell_word(&invoked_as()),
+        shell_word(&root.to_string_lossy())
+    );
     for command in ["session list", "log --limit 20", "verify"] {
         output.line(&format!("  {sandlog} {command}"))?;
     }

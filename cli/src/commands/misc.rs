@@ -272,7 +272,10 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     }
     let mut table = crate::render::table(output, &["", ""]);
     table.add_row(vec!["events".to_owned(), head.position.0.to_string()]);
-    table.add_row(vec!["log size".to_owned(), crate::render::size(output, log_bytes)]);
+    table.add_row(vec![
+        "log size".to_owned(),
+        crate::render::size(output, log_bytes),
+    ]);
     for (status, count) in &stats.sessions {
         table.add_row(vec![format!("sessions {status}"), count.to_string()]);
     }

