@@ -5,6 +5,8 @@
 //! them; the demo's closing commands; a guest traceback of the user's code
 //! only. Each test runs the real binary on a fresh root.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

