@@ -45,8 +45,9 @@ demo:
 	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- runtimes install
 	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
 
-# What the tests need from the OS (chromium, tmux, PostgreSQL, python3-venv),
-# installed when absent, before anything is built: test-deps comes first.
+# What the tests need from the OS (chromium, tmux, PostgreSQL, python3-venv,
+# python3-pip), installed when absent, before anything is built: test-deps
+# comes first.
 test-deps:
 	@scripts/install-test-deps.sh
 

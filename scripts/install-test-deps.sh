@@ -15,6 +15,8 @@
 #                when $SANDLOG_TEST_PG_URL names a server
 #   python3-venv `make python-test` builds the package into a virtual
 #                environment (python3 -m venv)
+#   python3-pip  scripts/fetch-runtimes.sh downloads the pinned runtimes
+#                with python3 -m pip
 #
 # Idempotent: what is present is left alone, and nothing is installed when
 # everything is. It says what it installs. When it cannot install (not root
@@ -59,9 +61,13 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     missing+=(python3-venv)
     reasons+=("python3-venv (python3 -m venv, for the Python package's tests)")
 fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    missing+=(python3-pip)
+    reasons+=("python3-pip (python3 -m pip, which fetches the pinned runtimes)")
+fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    say "chromium, tmux, PostgreSQL and python3-venv are present"
+    say "chromium, tmux, PostgreSQL, python3-venv and python3-pip are present"
     exit 0
 fi
 
@@ -102,6 +108,7 @@ if [[ ! -x /usr/bin/chromium ]]; then failed+=("/usr/bin/chromium"); fi
 if ! command -v tmux >/dev/null 2>&1; then failed+=("tmux"); fi
 if [[ -z "${SANDLOG_TEST_PG_URL:-}" && -z "$(find_pg_bin)" ]]; then failed+=("initdb and pg_ctl"); fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then failed+=("python3 -m venv"); fi
+if ! python3 -m pip --version >/dev/null 2>&1; then failed+=("python3 -m pip"); fi
 if [[ ${#failed[@]} -gt 0 ]]; then
     say "error: still missing after apt-get install: ${failed[*]}" >&2
     exit 1
