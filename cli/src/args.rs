@@ -94,7 +94,8 @@ pub struct Cli {
     pub wide: bool,
 
     /// How human output prints tables: aligned columns, or tab-separated
-    /// values with full ids and no colour for shell pipelines.
+    /// values with full ids and no colour for shell pipelines; `ocsf`, for
+    /// `log` only, prints events as OCSF records for a SIEM.
     #[arg(long, global = true, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
 
@@ -122,6 +123,9 @@ pub enum TableFormat {
     Table,
     /// Tab-separated values, one row a line, for `cut`, `awk`, `sort`.
     Tsv,
+    /// `log` only: one OCSF JSON record a line (Open Cybersecurity Schema
+    /// Framework 1.1.0), for a SIEM.
+    Ocsf,
 }
 
 /// Log output formats.
@@ -221,6 +225,12 @@ pub enum Command {
     ExportMetadata(ExportArgs),
     /// Counts, bytes, log size and cleanup statistics.
     Stats,
+    /// Check that the root can do its work, as `GET /readyz` does: it
+    /// opens, the log and the workspaces are writable, the log reads at
+    /// its head, python.wasm and quickjs.wasm are present, the disk has
+    /// room. Prints each check with the fix for a failure; exits 1 if any
+    /// failed.
+    Doctor(DoctorArgs),
     /// Print shell completions.
     Completions(CompletionsArgs),
     /// Print the man page (roff).
@@ -238,13 +248,19 @@ pub enum Command {
     /// The quick-start walk-through: sessions, Python runs, adoption,
     /// pruning, verification and replay on the root, narrated.
     Demo,
-    /// Make an Ed25519 signing key for checkpoints; prints the verifier
-    /// key to hand to auditors. Needs no root.
+    /// Make an Ed25519 signing key for checkpoints (or, with --witness, a
+    /// witness's cosigning key); prints the verifier key to hand to
+    /// auditors. Needs no root.
     Keygen(KeygenArgs),
     /// Sign and store a C2SP checkpoint (origin, size, root) of the log's
     /// RFC 6962 Merkle tree, and print it to publish or give a witness.
-    /// Without a key (--key or $SANDLOG_KEY), print the newest stored one.
+    /// With --witness, have witnesses cosign it first (C2SP tlog-witness);
+    /// fails unless --witnesses K of them did. Without a key (--key or
+    /// $SANDLOG_KEY), print the newest stored one.
     Checkpoint(CheckpointArgs),
+    /// Witnesses: serve one (cosigning other logs' checkpoints).
+    #[command(subcommand)]
+    Witness(crate::commands::witness::WitnessCommand),
     /// Print RFC 6962 proofs (JSON): inclusion of an event, consistency
     /// between two sizes of the log.
     #[command(subcommand)]
@@ -269,7 +285,7 @@ pub enum Command {
     /// Serve the Model Context Protocol on stdin/stdout (tools:
     /// create_session, execute, list_files, read_file, write_file,
     /// timeline) until stdin closes.
-    Mcp,
+    Mcp(crate::commands::serve::McpArgs),
 }
 
 /// `runtimes` subcommands.
@@ -334,6 +350,10 @@ pub struct KeygenArgs {
     /// Where to write the signing key (must not exist; written mode 0600).
     #[arg(short, long, value_name = "KEYFILE")]
     pub output: PathBuf,
+    /// Make a witness's cosigning key (C2SP cosignature/v1, signature type
+    /// 4) for `sandlog witness serve`; --name is then the witness's name.
+    #[arg(long)]
+    pub witness: bool,
 }
 
 /// `checkpoint` arguments.
@@ -343,6 +363,14 @@ pub struct CheckpointArgs {
     /// $SANDLOG_KEY).
     #[arg(long, value_name = "KEYFILE")]
     pub key: Option<PathBuf>,
+    /// A witness to cosign the checkpoint: its URL prefix
+    /// (http://, `/add-checkpoint` is appended), `=`, its verifier key
+    /// (text or a file). Its cosignature is added to the stored note.
+    #[arg(long = "witness", value_name = "URL=VKEY")]
+    pub witness: Vec<String>,
+    /// How many witnesses must cosign (default: all given).
+    #[arg(long, value_name = "K", requires = "witness")]
+    pub witnesses: Option<usize>,
 }
 
 /// `prove` subcommands.
@@ -395,6 +423,14 @@ pub enum EvidenceCommand {
         /// The verifier key (`name+keyid+base64`) or a file holding it.
         #[arg(long, value_name = "VKEY")]
         vkey: String,
+        /// A witness's verifier key (text or a file): the bundle's checkpoint must carry valid cosignatures from
+        /// --witnesses K of them.
+        #[arg(long = "witness-vkey", value_name = "VKEY")]
+        witness_vkey: Vec<String>,
+        /// How many of the --witness-vkey witnesses must have cosigned
+        /// (default: all).
+        #[arg(long, value_name = "K")]
+        witnesses: Option<usize>,
     },
 }
 
@@ -670,6 +706,12 @@ pub struct ExecArgs {
     /// `evidence.budget`, else 32 MiB.
     #[arg(long, value_name = "SIZE")]
     pub evidence: Option<String>,
+    /// How long to wait for another execution, run or write in this
+    /// session (in any process) to finish first; still running then, the
+    /// command fails with `busy` (exit 1) and changes nothing. Default
+    /// `60s`.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
 }
 
 /// `run` arguments.
@@ -686,6 +728,12 @@ pub struct RunArgs {
     /// else 32 MiB.
     #[arg(long, value_name = "SIZE")]
     pub evidence: Option<String>,
+    /// How long to wait for another execution, run or write in this
+    /// session (in any process) to finish first; still running then, the
+    /// command fails with `busy` (exit 1) and changes nothing. Default
+    /// `60s`.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -849,6 +897,14 @@ pub struct LogArgs {
     pub checkpoint: Option<String>,
 }
 
+/// `doctor` arguments.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Free space the root's filesystem must have (`256MiB`, `10GB`).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub min_free: String,
+}
+
 /// `replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -875,6 +931,14 @@ pub struct VerifyArgs {
     /// The verifier key for --checkpoint (text or a file holding it).
     #[arg(long, value_name = "VKEY", requires = "checkpoint")]
     pub vkey: Option<String>,
+    /// A witness's verifier key (text or a file): the --checkpoint must
+    /// carry valid cosignatures from --witnesses K of them.
+    #[arg(long = "witness-vkey", value_name = "VKEY", requires = "checkpoint")]
+    pub witness_vkey: Vec<String>,
+    /// How many of the --witness-vkey witnesses must have cosigned the
+    /// checkpoint (default: all).
+    #[arg(long, value_name = "K", requires = "checkpoint")]
+    pub witnesses: Option<usize>,
 }
 
 /// `migrate` arguments.

@@ -55,6 +55,15 @@ pub enum CliError {
     /// An integrity failure found by `verify` that is not a chain error.
     #[error("{0}")]
     Integrity(String),
+    /// Others refused or failed what the command needed (witnesses that
+    /// did not cosign).
+    #[error("{message}")]
+    Failed {
+        /// Stable kind.
+        kind: &'static str,
+        /// Who failed and why.
+        message: String,
+    },
     /// Reading or writing a file the user named.
     #[error("{context}: {source}")]
     Io {
@@ -66,6 +75,27 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A damaged database (SQLite's "malformed" or "not a database" in
+    /// the middle of a command) named by its file, with what to do: its
+    /// errors carry SQLite's words only. Kind and exit code (4) unchanged.
+    pub fn naming_database(self, database: &std::path::Path) -> CliError {
+        let CliError::Runtime(error) = self else {
+            return self;
+        };
+        if error.kind() != "database_corrupt" {
+            return CliError::Runtime(error);
+        }
+        let message = format!(
+            "{} is damaged ({error}): the log cannot be read. Copy the root aside, restore the file from a backup, or recover it with `sqlite3 {} .recover`; `sandlog verify` then checks what was recovered",
+            database.display(),
+            database.display()
+        );
+        CliError::Reworded {
+            source: Box::new(error),
+            message,
+        }
+    }
+
     /// The error as a person should read it. The engine reports a refused
     /// input value (a reason, an execution number, a setting, code that is
     /// not UTF-8) as a payload of schema 0 that "does not decode"; that
@@ -120,7 +150,9 @@ impl CliError {
         match self {
             CliError::Runtime(error) => error.kind(),
             CliError::Reworded { source, .. } => source.kind(),
-            CliError::Usage { kind, .. } | CliError::NotFound { kind, .. } => kind,
+            CliError::Usage { kind, .. }
+            | CliError::NotFound { kind, .. }
+            | CliError::Failed { kind, .. } => kind,
             CliError::Integrity(_) => "integrity",
             CliError::Io { .. } => "io",
         }
@@ -134,6 +166,7 @@ impl CliError {
             CliError::Usage { .. } => ErrorClass::BadInput,
             CliError::NotFound { .. } => ErrorClass::NotFound,
             CliError::Integrity(_) => ErrorClass::Integrity,
+            CliError::Failed { .. } => ErrorClass::Refused,
             CliError::Io { .. } => ErrorClass::Io,
         }
     }
@@ -144,7 +177,7 @@ impl CliError {
             CliError::Usage { .. } => EXIT_USAGE,
             CliError::NotFound { .. } => EXIT_NOT_FOUND,
             CliError::Integrity(_) => EXIT_INTEGRITY,
-            CliError::Io { .. } => EXIT_FAILURE,
+            CliError::Io { .. } | CliError::Failed { .. } => EXIT_FAILURE,
             CliError::Reworded { source, .. } => runtime_exit_code(source),
             CliError::Runtime(error) => runtime_exit_code(error),
         }

@@ -3,6 +3,8 @@
 mod args;
 mod commands;
 mod exit;
+#[cfg(feature = "otel")]
+mod otel;
 mod output;
 mod reference;
 mod render;
@@ -17,14 +19,16 @@ fn main() -> ExitCode {
         Err(error) => return exit::usage_error(error),
     };
     let output = output::Output::new(&cli);
-    output::init_tracing(&cli);
+    // Held to the end: dropping it sends the last traces.
+    let _traces = output::init_tracing(&cli);
     // A prune holds one open lease file per session of the batches in
     // flight; the usual soft limit of 1,024 would make them small.
     sandlog_runtime::lifecycle::raise_descriptor_limit();
+    let database = cli.root.join(sandlog_runtime::layout::DATABASE_FILE);
     match commands::run(cli, &output) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            let error = error.for_people();
+            let error = error.for_people().naming_database(&database);
             output.error(&error);
             ExitCode::from(error.exit_code())
         }

@@ -12,6 +12,9 @@ use sandlog_runtime::eventstore::{Upgrade, UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::args::{Cli, LogFormat, TableFormat};
 use crate::exit::CliError;
@@ -42,6 +45,8 @@ pub struct Output {
     /// terminal's when stdout is one, else `$COLUMNS` when set; `None`
     /// (never cut) with `--wide`, `--format tsv` or `--json`.
     pub width: Option<usize>,
+    /// `--format ocsf`: `log` prints OCSF records.
+    pub ocsf: bool,
     /// Notes for a person on stderr, such as why the first execution takes
     /// seconds (a terminal, not `--quiet`; `--json` keeps them: they never
     /// touch stdout).
@@ -91,6 +96,7 @@ impl Output {
             width: (!cli.wide && !cli.json && cli.format == TableFormat::Table)
                 .then(output_width)
                 .flatten(),
+            ocsf: cli.format == TableFormat::Ocsf,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),
         }
@@ -373,9 +379,20 @@ pub fn advance(progress: &Progress) -> impl Fn(u64, u64) + Sync + '_ {
     move |done, total| progress.update(done, total)
 }
 
+/// What `main` keeps until it returns: with traces on, dropping it sends
+/// the last ones (see `crate::otel`).
+#[cfg(feature = "otel")]
+pub type TracingGuard = Option<crate::otel::Guard>;
+/// What `main` keeps until it returns (nothing to send: no traces in this
+/// build).
+#[cfg(not(feature = "otel"))]
+pub struct TracingGuard;
+
 /// Sets up `tracing` on stderr: warnings by default, `-v` info, `-vv`
-/// debug, `-vvv` trace, `-q` errors only; `RUST_LOG` overrides.
-pub fn init_tracing(cli: &Cli) {
+/// debug, `-vvv` trace, `-q` errors only; `RUST_LOG` overrides. With the
+/// `OTEL_*` variables, also OpenTelemetry traces (`crate::otel`), filtered
+/// on their own so stderr's level does not decide them.
+pub fn init_tracing(cli: &Cli) -> TracingGuard {
     let level = if cli.quiet {
         "error"
     } else {
@@ -387,12 +404,26 @@ pub fn init_tracing(cli: &Cli) {
         }
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal() && !no_color());
-    let _ = match cli.log_format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+    let stderr = match cli.log_format {
+        LogFormat::Json => stderr.json().with_filter(filter).boxed(),
+        LogFormat::Text => stderr.with_filter(filter).boxed(),
     };
+    let registry = tracing_subscriber::registry().with(stderr);
+    #[cfg(feature = "otel")]
+    {
+        let (traces, guard) = match crate::otel::layer() {
+            Some((layer, guard)) => (Some(layer), Some(guard)),
+            None => (None, None),
+        };
+        let _ = registry.with(traces).try_init();
+        guard
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = registry.try_init();
+        TracingGuard
+    }
 }

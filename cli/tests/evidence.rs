@@ -443,3 +443,46 @@ fn evidence_budget_settings() -> TestResult {
     assert_eq!(got["value"], Value::Null);
     Ok(())
 }
+
+/// Goal: `verify` checks the blob references against the log, and `gc`
+/// never trusts a reference table that lost rows (before, deleting the
+/// rows passed `verify`, and `gc` then destroyed every kept blob while
+/// `verify` still reported none missing). Method: an execution keeps its
+/// code, output and a file; the `rm_blob_refs` rows are deleted behind
+/// sandlog's back; `verify` fails (exit 4) naming the blob references,
+/// `gc` refuses (exit 4) and removes nothing, and the file's kept bytes
+/// still read back as of the execution.
+#[test]
+fn verify_and_gc_check_the_blob_references_against_the_log() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    exec(&root, &id, "open('kept.txt', 'w').write('evidence')", &[]);
+    let listed = json_success(sandlog(&root).args(["--json", "files", "ls", &id]));
+    let blake3 = listed[0]["blake3"].as_str().unwrap().to_owned();
+    sandlog(&root).args(["verify"]).assert().success();
+    {
+        let connection = rusqlite::Connection::open(root.join("sandlog.db"))?;
+        let deleted = connection.execute("DELETE FROM rm_blob_refs", [])?;
+        assert!(deleted >= 2, "code and file were referenced: {deleted}");
+    }
+    let verify = stderr_failure(sandlog(&root).args(["verify"]), 4);
+    let verified = json(
+        &sandlog(&root)
+            .args(["--json", "verify"])
+            .assert()
+            .code(4)
+            .get_output()
+            .stdout,
+    );
+    assert!(
+        verified["read_model_mismatches"]
+            .to_string()
+            .contains("blob references"),
+        "{verified} / {verify}"
+    );
+    let gc = stderr_failure(sandlog(&root).args(["gc"]), 4);
+    assert!(gc.contains("blob references"), "{gc}");
+    let kept = stdout_success(sandlog(&root).args(["blob", "cat", &blake3]));
+    assert_eq!(kept, b"evidence");
+    Ok(())
+}

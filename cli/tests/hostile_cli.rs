@@ -435,7 +435,7 @@ fn refused_paths_and_oversized_code_follow_the_exit_code_contract() -> TestResul
         .arg(&code)
         .assert()
         .code(2);
-    assert!(stderr(output.get_output()).contains("the limit is"));
+    assert!(stderr(output.get_output()).contains("CODE_BYTES_MAX"));
     assert_eq!(std::fs::read_to_string(&secret)?, "outside secret");
     assert_usable(&root);
     Ok(())
@@ -585,5 +585,219 @@ fn export_metadata_never_creates_a_dangling_symlinks_target() -> TestResult {
     assert_eq!(metadata["session_id"], id.as_str());
     assert_eq!(entries(&export), [format!("{id}.json")]);
     assert_usable(&root);
+    Ok(())
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn error_of(output: &std::process::Output) -> Value {
+    serde_json::from_slice(&output.stderr)
+        .unwrap_or_else(|error| panic!("stderr is not JSON ({error}): {}", stderr(output)))
+}
+
+/// Goal: no input the CLI is given can hang it or exhaust its memory: a
+/// FIFO (no writer ever comes), `/dev/zero` and a directory given as a
+/// code file, an upload, a key, a checkpoint, a bundle or a context file
+/// are refused at once (exit 2) naming what the path is; code on stdin
+/// from `/dev/zero` stops at the named limit. Each command runs under a
+/// deadline that would catch a hang.
+#[test]
+fn fifos_and_devices_given_as_input_are_refused_unread() -> TestResult {
+    let (dir, root) = init();
+    let id = create(&root);
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let fifo_text = fifo.to_str().unwrap().to_owned();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["exec", &id, "--file", &fifo_text],
+        vec!["exec", &id, "--file", "/dev/zero"],
+        vec!["exec", &id, "--file", "/tmp"],
+        vec!["files", "put", &id, "in.bin", "--from", &fifo_text],
+        vec!["files", "put", &id, "in.bin", "--from", "/dev/zero"],
+        vec!["checkpoint", "--key", &fifo_text],
+        vec!["checkpoint", "--key", "/dev/zero"],
+        vec!["verify", "--checkpoint", &fifo_text, "--vkey", &fifo_text],
+        vec!["evidence", "verify", &fifo_text, "--vkey", &fifo_text],
+        vec!["evidence", "verify", "/dev/zero", "--vkey", "/dev/zero"],
+        vec!["session", "create", "--context", &fifo_text],
+    ];
+    for case in &cases {
+        let started = std::time::Instant::now();
+        let output = sandlog(&root)
+            .arg("--json")
+            .args(case)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()?;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{case:?}: {}",
+            stderr(&output)
+        );
+        let error = error_of(&output);
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("FIFO")
+                || message.contains("character device")
+                || message.contains("directory"),
+            "{case:?}: {message}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(25),
+            "{case:?} took too long"
+        );
+    }
+    let zero = std::fs::File::open("/dev/zero")?;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
+        .env_remove("SANDLOG_ROOT")
+        .env("SANDLOG_RUNTIMES_DIR", runtimes())
+        .env("SANDLOG_CACHE_DIR", cache())
+        .arg("--root")
+        .arg(&root)
+        .args(["--json", "exec", &id, "-"])
+        .stdin(zero)
+        .output()?;
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("CODE_BYTES_MAX"),
+        "{}",
+        stderr(&output)
+    );
+    // Nothing was recorded by any of them.
+    let log = sandlog(&root)
+        .args(["--json", "log", "--session", &id])
+        .output()?;
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("session.executed"));
+    assert_usable(&root);
+    Ok(())
+}
+
+/// Goal: a signing key that others may read is refused, as ssh refuses
+/// one, with the command that fixes it. Method: `keygen` writes a key
+/// (mode 0600) that signs; made 0644 it is refused (exit 2, `chmod 600`
+/// in the message); made 0600 again it signs.
+#[test]
+fn a_signing_key_readable_by_others_is_refused() -> TestResult {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, root) = init();
+    let key = dir.path().join("log.key");
+    sandlog(&root)
+        .args(["keygen", "--name", "sandlog.test/log", "-o"])
+        .arg(&key)
+        .assert()
+        .success();
+    sandlog(&root)
+        .args(["checkpoint", "--key"])
+        .arg(&key)
+        .assert()
+        .success();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644))?;
+    let output = sandlog(&root)
+        .args(["--json", "checkpoint", "--key"])
+        .arg(&key)
+        .output()?;
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let error = error_of(&output);
+    assert_eq!(error["error"]["kind"], "key_exposed");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("chmod 600"),
+        "{error}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    sandlog(&root)
+        .args(["checkpoint", "--key"])
+        .arg(&key)
+        .assert()
+        .success();
+    Ok(())
+}
+
+/// Goal: a damaged database is an integrity failure naming the file
+/// (exit 4), not an I/O error (exit 1). Method: two roots; one has its
+/// SQLite header overwritten ("not a database"), the other every page
+/// after the first few zeroed ("malformed"); read commands fail with
+/// exit 4 naming `sandlog.db`.
+#[test]
+fn a_corrupted_database_is_an_integrity_failure() -> TestResult {
+    for damage in ["header", "pages"] {
+        let (_dir, root) = init();
+        for _ in 0..20 {
+            create(&root);
+        }
+        let database = root.join("sandlog.db");
+        // Fold the WAL in, so the damage is to the file every read uses.
+        {
+            let connection = rusqlite::Connection::open(&database)?;
+            connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        }
+        let mut bytes = std::fs::read(&database)?;
+        match damage {
+            "header" => bytes[..100].fill(0x5a),
+            _ => {
+                let page = 4096;
+                for byte in bytes.iter_mut().skip(2 * page) {
+                    *byte = 0x5a;
+                }
+            }
+        }
+        std::fs::write(&database, &bytes)?;
+        let output = sandlog(&root)
+            .args(["--json", "log", "--limit", "100"])
+            .output()?;
+        assert_eq!(
+            output.status.code(),
+            Some(4),
+            "{damage}: {}",
+            stderr(&output)
+        );
+        let error = error_of(&output);
+        assert_eq!(error["error"]["class"], "integrity", "{damage}: {error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("sandlog.db"),
+            "{damage}: {error}"
+        );
+    }
+    Ok(())
+}
+
+/// Goal: `reconcile --deep` keeps to the hashing bounds an execution's
+/// scan has, so a 1 TiB sparse file left in a workspace cannot make it
+/// read for ever. Method: a sparse 1 TiB file beside a file an execution
+/// wrote; `reconcile --deep` (under a deadline that reading the file
+/// would blow) reports it as drift with the all-zero "not hashed" hash,
+/// and still checks the small file (no drift for it).
+#[test]
+fn deep_reconcile_does_not_read_a_huge_sparse_file() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args(["exec", &id, "--code", "open('small.txt', 'w').write('ok')"])
+        .assert()
+        .success();
+    let sparse = root.join("workspaces").join(&id).join("huge.bin");
+    std::fs::File::create(&sparse)?.set_len(1 << 40)?;
+    let output = sandlog(&root)
+        .args(["--json", "reconcile", "--deep"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()?;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout)?;
+    let drift = report["drift"].to_string();
+    assert!(drift.contains("huge.bin"), "{report}");
+    assert!(drift.contains(&"0".repeat(64)), "{report}");
+    assert!(!drift.contains("small.txt"), "{report}");
+    std::fs::remove_file(&sparse)?;
     Ok(())
 }

@@ -62,9 +62,14 @@ struct Server {
 
 impl Server {
     fn start(root: &Path, listen: &str, token: Option<&str>) -> Server {
+        Server::start_with(root, listen, token, &[])
+    }
+
+    fn start_with(root: &Path, listen: &str, token: Option<&str>, extra: &[&str]) -> Server {
         let mut command = sandlog(root);
         command
             .args(["serve", "--listen", listen])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -156,19 +161,36 @@ fn request(
     authorization: Option<&str>,
     body: &[u8],
 ) -> Reply {
+    let host = addr.to_string();
+    let mut headers = vec![("Host", host.as_str())];
+    if !body.is_empty() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    if let Some(authorization) = authorization {
+        headers.push(("Authorization", authorization));
+    }
+    request_with(addr, method, path, &headers, body)
+}
+
+/// One HTTP/1.1 request with exactly the headers given (plus
+/// `Connection` and `Content-Length`).
+fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some(authorization) = authorization {
-        head.push_str(&format!("Authorization: {authorization}\r\n"));
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).unwrap();
@@ -658,4 +680,372 @@ fn sigterm_finishes_a_running_execution() {
     assert!(status.success(), "{status:?}");
     assert!(executed_positions(&root).contains(&position));
     verify_ok(&root);
+}
+
+/// The session ids the server's root holds, read by the CLI.
+fn session_ids(root: &Path) -> Vec<String> {
+    let output = sandlog(root)
+        .args(["--json", "session", "list", "--wide"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| session["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Goal: a web page cannot drive the loopback server, by DNS rebinding
+/// (its own name in `Host`), by a cross-site request (a foreign
+/// `Origin`, or `Sec-Fetch-Site: cross-site`), or by a form-encodable
+/// content type; a client cannot make the server run a path as a
+/// runtime; every error is the JSON body docs/api.md promises. Method:
+/// the real server on loopback without a token; each hostile request is
+/// refused with its status and kind, and afterwards the log holds only
+/// what the allowed requests did.
+#[test]
+fn web_pages_cannot_drive_the_loopback_server() {
+    let (_dir, root) = init();
+    let server = Server::start(&root, "127.0.0.1:0", None);
+    let own = server.addr.to_string();
+    let own_origin = format!("http://{own}");
+    let json_type = ("Content-Type", "application/json");
+
+    // DNS rebinding: the page's own name in Host.
+    let port = server.addr.port();
+    let rebound_host = format!("attacker.example:{port}");
+    for (method, path) in [("GET", "/v1/sessions"), ("POST", "/v1/sessions")] {
+        let reply = request_with(server.addr, method, path, &[("Host", &rebound_host)], b"");
+        assert_eq!(reply.status, 403, "{method} {path}: {}", reply.text());
+        assert_eq!(reply.json()["error"], "forbidden_host");
+        assert!(
+            reply.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("attacker.example")
+        );
+    }
+    let no_host = request_with(server.addr, "GET", "/v1/sessions", &[], b"");
+    assert_eq!(no_host.status, 403, "{}", no_host.text());
+
+    // A cross-site page: a foreign Origin, with and without a JSON type.
+    for origin in ["http://attacker.example", "null", "http://localhost:3000"] {
+        let reply = request_with(
+            server.addr,
+            "POST",
+            "/v1/sessions",
+            &[("Host", &own), ("Origin", origin)],
+            b"",
+        );
+        assert_eq!(reply.status, 403, "{origin}: {}", reply.text());
+        assert_eq!(reply.json()["error"], "foreign_origin");
+        assert_eq!(reply.header("access-control-allow-origin"), None);
+    }
+    let fetch_metadata = request_with(
+        server.addr,
+        "POST",
+        "/v1/sessions",
+        &[("Host", &own), ("Sec-Fetch-Site", "cross-site")],
+        b"",
+    );
+    assert_eq!(fetch_metadata.status, 403, "{}", fetch_metadata.text());
+    assert!(
+        session_ids(&root).is_empty(),
+        "a refused request created a session"
+    );
+
+    // The server's own origin (a page it served, a same-origin tool) works.
+    let created = request_with(
+        server.addr,
+        "POST",
+        "/v1/sessions",
+        &[("Host", &own), ("Origin", &own_origin)],
+        b"",
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let id = created.json()["session_id"].as_str().unwrap().to_owned();
+
+    // A form-encodable type is refused before the handler, whatever the body.
+    let exec_path = format!("/v1/sessions/{id}/exec");
+    let body = json!({"code": "open('pwned.txt', 'w').write('x')"}).to_string();
+    for media in [
+        "text/plain",
+        "text/plain; charset=utf-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let reply = request_with(
+            server.addr,
+            "POST",
+            &exec_path,
+            &[("Host", &own), ("Content-Type", media)],
+            body.as_bytes(),
+        );
+        assert_eq!(reply.status, 415, "{media}: {}", reply.text());
+        assert_eq!(reply.json()["error"], "unsupported_media_type");
+    }
+
+    // A runtime is a name from the known set, never a server path.
+    for runtime in ["/etc/passwd", "../../.runtimes/python.wasm", "python.wasm"] {
+        let reply = request_with(
+            server.addr,
+            "POST",
+            &exec_path,
+            &[("Host", &own), json_type],
+            json!({"code": "print(1)", "runtime": runtime})
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(reply.status, 422, "{runtime}: {}", reply.text());
+        assert_eq!(reply.json()["error"], "unknown_runtime");
+        assert!(
+            reply.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("python, javascript")
+        );
+    }
+    assert!(
+        executed_positions(&root).is_empty(),
+        "a refused request ran code"
+    );
+
+    // Every error has the JSON body: 404, 405, 413, 415 (wrong JSON type).
+    let missing = request_with(server.addr, "GET", "/nowhere", &[("Host", &own)], b"");
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"], "no_route");
+    let wrong_method = request_with(
+        server.addr,
+        "DELETE",
+        "/openapi.json",
+        &[("Host", &own)],
+        b"",
+    );
+    assert_eq!(wrong_method.status, 405, "{}", wrong_method.text());
+    assert_eq!(wrong_method.json()["error"], "method_not_allowed");
+    assert!(wrong_method.header("allow").is_some());
+    let xml = request_with(
+        server.addr,
+        "POST",
+        &exec_path,
+        &[("Host", &own), ("Content-Type", "application/xml")],
+        b"<code/>",
+    );
+    assert!(xml.status == 415 || xml.status == 400, "{}", xml.text());
+    assert!(xml.json()["error"].is_string(), "{}", xml.text());
+    let huge = vec![b'x'; 17 * 1024 * 1024];
+    let too_large = request_with(
+        server.addr,
+        "PUT",
+        &format!("/v1/sessions/{id}/files/big.bin"),
+        &[("Host", &own), ("Content-Type", "application/octet-stream")],
+        &huge,
+    );
+    assert_eq!(too_large.status, 413, "{}", too_large.text());
+    assert!(too_large.json()["error"].is_string());
+
+    // The allowed request still runs.
+    let ran = request_with(
+        server.addr,
+        "POST",
+        &exec_path,
+        &[("Host", &own), json_type],
+        json!({"code": "print(6 * 7)"}).to_string().as_bytes(),
+    );
+    assert_eq!(ran.status, 200, "{}", ran.text());
+    assert_eq!(ran.json()["stdout"], "42\n");
+    assert_eq!(executed_positions(&root).len(), 1);
+    drop(server);
+    verify_ok(&root);
+}
+
+/// Goal: an operator can name the hosts and origins a server answers
+/// beyond loopback, and register modules clients run by name. Method: a
+/// server with `--public-host`, `--allow-origin` and `--module`; the
+/// named host and origin pass (with CORS headers and an approved
+/// preflight), others stay refused, and the module runs by its name.
+#[test]
+fn public_hosts_allowed_origins_and_named_modules() {
+    let (dir, root) = init();
+    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".runtimes"));
+    let module = format!("pyguest={}", runtimes.join("python.wasm").display());
+    let server = Server::start_with(
+        &root,
+        "127.0.0.1:0",
+        None,
+        &[
+            "--public-host",
+            "sandlog.internal",
+            "--allow-origin",
+            "https://app.example.com",
+            "--module",
+            &module,
+        ],
+    );
+    let named = request_with(
+        server.addr,
+        "GET",
+        "/v1/sessions",
+        &[("Host", "sandlog.internal:8787")],
+        b"",
+    );
+    assert_eq!(named.status, 200, "{}", named.text());
+    let other = request_with(
+        server.addr,
+        "GET",
+        "/v1/sessions",
+        &[("Host", "sandlog.internal.attacker.example")],
+        b"",
+    );
+    assert_eq!(other.status, 403);
+
+    let own = server.addr.to_string();
+    let preflight = request_with(
+        server.addr,
+        "OPTIONS",
+        "/v1/sessions",
+        &[
+            ("Host", &own),
+            ("Origin", "https://app.example.com"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+        b"",
+    );
+    assert_eq!(preflight.status, 204, "{}", preflight.text());
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    let created = request_with(
+        server.addr,
+        "POST",
+        "/v1/sessions",
+        &[("Host", &own), ("Origin", "https://app.example.com")],
+        b"",
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(
+        created.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    let id = created.json()["session_id"].as_str().unwrap().to_owned();
+    let foreign = request_with(
+        server.addr,
+        "POST",
+        "/v1/sessions",
+        &[
+            ("Host", &own),
+            ("Origin", "https://app.example.com.attacker.example"),
+        ],
+        b"",
+    );
+    assert_eq!(foreign.status, 403);
+
+    // The registered module runs by its name (python.wasm reads the code
+    // from stdin when run as a plain module, so this is `print` via -c
+    // only for the built-in runtime: here the module gets no arguments
+    // and reads its program from stdin).
+    let ran = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "print(7 * 6)", "runtime": "pyguest"}),
+    );
+    assert_eq!(ran.status, 200, "{}", ran.text());
+    assert_eq!(ran.json()["stdout"], "42\n", "{}", ran.text());
+    let unknown = server.json(
+        "POST",
+        &format!("/v1/sessions/{id}/exec"),
+        &json!({"code": "print(1)", "runtime": runtimes.join("python.wasm").display().to_string()}),
+    );
+    assert_eq!(unknown.status, 422, "{}", unknown.text());
+    drop(server);
+    drop(dir);
+}
+
+/// Goal: no line a client sends leaves it waiting for ever, and none
+/// stops the MCP server: an over-long line gets an error naming
+/// `MCP_LINE_BYTES_MAX`, a line that is not JSON `-32700`, JSON that is
+/// not a JSON-RPC request `-32600` with its `id`; the server then still
+/// answers a real `initialize`. Method: the real `sandlog mcp` on pipes,
+/// answers read with a deadline.
+#[test]
+fn mcp_answers_every_bad_line_and_keeps_serving() {
+    let (_dir, root) = init();
+    let mut child = sandlog(&root)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, answers) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(value) = serde_json::from_str(&line)
+                && lines.send(value).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let next = || {
+        answers
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the MCP server answered")
+    };
+
+    stdin.write_all(b"{not json\n").unwrap();
+    let parse = next();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert_eq!(parse["id"], Value::Null);
+
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"params\":{}}\n")
+        .unwrap();
+    let invalid = next();
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+    assert_eq!(invalid["id"], 5);
+
+    let mut long = vec![b'x'; 17 * 1024 * 1024];
+    long.push(b'\n');
+    stdin.write_all(&long).unwrap();
+    let too_long = next();
+    assert!(
+        too_long["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("MCP_LINE_BYTES_MAX"),
+        "{too_long}"
+    );
+
+    let initialize = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "1"}
+        }
+    });
+    stdin
+        .write_all(format!("{initialize}\n").as_bytes())
+        .unwrap();
+    let initialized = next();
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    assert!(
+        initialized["result"]["serverInfo"].is_object(),
+        "{initialized}"
+    );
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
 }

@@ -595,14 +595,16 @@ pub enum Drift {
         path: WorkspacePath,
         /// The projected hash.
         expected: Hash,
-        /// The hash on disk.
+        /// The hash on disk; all zeros when the file was past the
+        /// hashing bounds of the run that looked and was not read.
         actual: Hash,
     },
     /// A file on disk the projection does not know.
     FileUnexpected {
         /// Path.
         path: WorkspacePath,
-        /// The hash on disk.
+        /// The hash on disk; all zeros when the file was past the
+        /// hashing bounds of the run that looked and was not read.
         actual: Hash,
     },
 }

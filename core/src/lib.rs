@@ -14,6 +14,7 @@
 pub mod bundle;
 pub mod clock;
 pub mod correlation;
+pub mod cosignature;
 pub mod envelope;
 pub mod error;
 pub mod escape;
@@ -27,6 +28,7 @@ pub mod note;
 pub mod path;
 pub mod policy;
 pub mod time;
+pub mod witness;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use correlation::correlation_id;

@@ -26,10 +26,10 @@ use sha2::{Digest, Sha256};
 use crate::merkle::MerkleHash;
 
 /// The algorithm byte of Ed25519 keys in key ids and key encodings.
-const ALGORITHM_ED25519: u8 = 0x01;
+pub(crate) const ALGORITHM_ED25519: u8 = 0x01;
 
 /// The prefix of an encoded signer key.
-const SIGNER_KEY_PREFIX: &str = "PRIVATE+KEY+";
+pub(crate) const SIGNER_KEY_PREFIX: &str = "PRIVATE+KEY+";
 
 /// Longest note this module parses, bytes: a checkpoint is a few hundred
 /// bytes; the bound keeps a hostile file from costing more than a read.
@@ -76,9 +76,24 @@ pub enum NoteError {
         /// The verifier key's name.
         name: String,
     },
+    /// Fewer witnesses than required cosigned the checkpoint (see
+    /// [`crate::cosignature::WitnessPolicy`]).
+    #[error(
+        "the checkpoint has {valid} valid cosignatures of the {required} required from the {named} named witnesses: {reasons}"
+    )]
+    TooFewCosignatures {
+        /// Named witnesses whose cosignature verified.
+        valid: usize,
+        /// How many must.
+        required: usize,
+        /// Witnesses named.
+        named: usize,
+        /// Why each of the others does not count.
+        reasons: String,
+    },
 }
 
-fn check_name(name: &str) -> Result<(), NoteError> {
+pub(crate) fn check_name(name: &str) -> Result<(), NoteError> {
     let ok = !name.is_empty()
         && name
             .chars()
@@ -91,15 +106,21 @@ fn check_name(name: &str) -> Result<(), NoteError> {
 }
 
 fn key_id(name: &str, public_key: &[u8; 32]) -> [u8; 4] {
+    key_id_of(name, ALGORITHM_ED25519, public_key)
+}
+
+/// `SHA-256(name ‖ 0x0A ‖ algorithm ‖ public key)[:4]`, the signed-note
+/// key id of a key of signature type `algorithm`.
+pub(crate) fn key_id_of(name: &str, algorithm: u8, public_key: &[u8; 32]) -> [u8; 4] {
     let mut hasher = Sha256::new();
     hasher.update(name.as_bytes());
-    hasher.update([0x0A, ALGORITHM_ED25519]);
+    hasher.update([0x0A, algorithm]);
     hasher.update(public_key);
     let digest: [u8; 32] = hasher.finalize().into();
     [digest[0], digest[1], digest[2], digest[3]]
 }
 
-fn hex4(id: &[u8; 4]) -> String {
+pub(crate) fn hex4(id: &[u8; 4]) -> String {
     id.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
@@ -108,6 +129,16 @@ fn hex4(id: &[u8; 4]) -> String {
 fn parse_key_parts(
     text: &str,
     kind: &'static str,
+) -> Result<(String, [u8; 4], [u8; 32]), NoteError> {
+    parse_key_parts_of(text, kind, ALGORITHM_ED25519)
+}
+
+/// [`parse_key_parts`] for keys of signature type `expected` (0x01 for a
+/// log's keys, 0x04 for a witness's cosignature keys).
+pub(crate) fn parse_key_parts_of(
+    text: &str,
+    kind: &'static str,
+    expected: u8,
 ) -> Result<(String, [u8; 4], [u8; 32]), NoteError> {
     let bad = |reason: &str| NoteError::BadKey {
         kind,
@@ -130,13 +161,37 @@ fn parse_key_parts(
     let Some((&algorithm, key)) = key_bytes.split_first() else {
         return Err(bad("the key is empty"));
     };
-    if algorithm != ALGORITHM_ED25519 {
-        return Err(bad("only Ed25519 keys (algorithm 1) are supported"));
+    if algorithm != expected {
+        return Err(bad(&algorithm_mismatch(kind, algorithm, expected)));
     }
     let key: [u8; 32] = key
         .try_into()
         .map_err(|_| bad("an Ed25519 key is 32 bytes"))?;
     Ok((name.to_owned(), id_value.to_be_bytes(), key))
+}
+
+/// Why a `kind` key of signature type `found` is not of the `expected`
+/// type, in words naming where such a key goes.
+fn algorithm_mismatch(kind: &str, found: u8, expected: u8) -> String {
+    use crate::cosignature::ALGORITHM_COSIGNATURE_V1;
+    match (kind, found, expected) {
+        ("verifier", ALGORITHM_COSIGNATURE_V1, ALGORITHM_ED25519) => {
+            "this is a witness's cosignature key (algorithm 4), not a log's key: give it with \
+             --witness-vkey (or --witness URL=VKEY)"
+                .into()
+        }
+        ("signer", ALGORITHM_COSIGNATURE_V1, ALGORITHM_ED25519) => {
+            "this is a witness's signing key (algorithm 4), not a log's: it is for \
+             `sandlog witness serve --key`"
+                .into()
+        }
+        (_, ALGORITHM_ED25519, ALGORITHM_COSIGNATURE_V1) => {
+            "this is a log's key (algorithm 1), not a witness's cosignature key (algorithm 4): \
+             make a witness key with `sandlog keygen --witness`"
+                .into()
+        }
+        _ => format!("only algorithm {expected} keys are supported here, not algorithm {found}"),
+    }
 }
 
 /// An Ed25519 signing key with its name.
@@ -313,14 +368,14 @@ impl std::fmt::Display for VerifierKey {
     }
 }
 
-fn malformed(what: &'static str, reason: impl Into<String>) -> NoteError {
+pub(crate) fn malformed(what: &'static str, reason: impl Into<String>) -> NoteError {
     NoteError::Malformed {
         what,
         reason: reason.into(),
     }
 }
 
-fn check_body(body: &str) -> Result<(), NoteError> {
+pub(crate) fn check_body(body: &str) -> Result<(), NoteError> {
     if body.len() > NOTE_BYTES_MAX {
         return Err(malformed(
             "note",
@@ -340,10 +395,10 @@ fn check_body(body: &str) -> Result<(), NoteError> {
 }
 
 /// One signature line: the key name and the decoded `key id ‖ signature`.
-type SignatureLine<'a> = (&'a str, Vec<u8>);
+pub(crate) type SignatureLine<'a> = (&'a str, Vec<u8>);
 
 /// Splits a note into its body and its signatures.
-fn split_note(note: &str) -> Result<(&str, Vec<SignatureLine<'_>>), NoteError> {
+pub(crate) fn split_note(note: &str) -> Result<(&str, Vec<SignatureLine<'_>>), NoteError> {
     if note.len() > NOTE_BYTES_MAX {
         return Err(malformed(
             "note",

@@ -283,6 +283,7 @@ impl EventStoreError {
             Self::Hook(_) => "hook",
             Self::Sqlite(error) if error.is_disk_full() => "disk_full",
             Self::Sqlite(error) if error.is_busy() => "busy",
+            Self::Sqlite(error) if error.is_corrupt() => "database_corrupt",
             Self::Sqlite(_) => "database",
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::error_kind(error),
@@ -305,9 +306,10 @@ impl EventStoreError {
             Self::EventIdReused { .. } | Self::InvalidBatch(_) | Self::Merkle(_) => {
                 ErrorClass::BadInput
             }
-            Self::NotADatabase { .. }
-            | Self::ForeignDatabase { .. }
-            | Self::SchemaTooNew { .. } => ErrorClass::Io,
+            // A root's database file that is damaged or not a database is
+            // stored data that cannot be read.
+            Self::NotADatabase { .. } => ErrorClass::Integrity,
+            Self::ForeignDatabase { .. } | Self::SchemaTooNew { .. } => ErrorClass::Io,
             Self::ChainBroken { .. }
             | Self::Corrupt { .. }
             | Self::BlobCorrupt { .. }
@@ -318,6 +320,7 @@ impl EventStoreError {
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
             Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
             Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
+            Self::Sqlite(error) if error.is_corrupt() => ErrorClass::Integrity,
             #[cfg(feature = "postgres")]
             Self::Postgres(error) => crate::postgres::classify::error_class(error),
             Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,

@@ -37,6 +37,7 @@ impl ProjectionError {
         match self {
             Self::Store(error) => error.class(),
             Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
+            Self::Sqlite(error) if error.is_corrupt() => ErrorClass::Integrity,
             Self::Sqlite(_) => ErrorClass::Io,
             Self::Corrupt(_) => ErrorClass::Integrity,
             Self::UnknownSession(_) => ErrorClass::NotFound,
@@ -50,6 +51,7 @@ impl ProjectionError {
             Self::Store(error) => error.kind(),
             Self::Sqlite(error) if error.is_busy() => "busy",
             Self::Sqlite(error) if error.is_disk_full() => "disk_full",
+            Self::Sqlite(error) if error.is_corrupt() => "database_corrupt",
             Self::Sqlite(_) => "database",
             Self::Corrupt(_) => "read_model_corrupt",
             Self::UnknownSession(_) => "not_found",

@@ -41,6 +41,7 @@ __all__ = [
     "VerifyResult",
     "ReconcileResult",
     "AdoptResult",
+    "SyncResult",
     "Error",
     "NotFound",
     "Conflict",
@@ -466,6 +467,22 @@ class AdoptResult:
     """The whole report."""
 
 
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    """What :meth:`Engine.sync_session` found and recorded."""
+
+    recorded: bool
+    """Whether anything was appended (nothing is when nothing changed)."""
+    files_written: List[str]
+    """Files recorded as written."""
+    files_deleted: List[str]
+    """Files recorded as deleted."""
+    position: Optional[int] = None
+    """Log position of ``session.synced``, when recorded."""
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    """The whole report."""
+
+
 class Engine:
     """A sandlog root, open. Share one between threads; close it (or use
     ``with``) when done.
@@ -817,6 +834,20 @@ class Engine:
             missing_blobs=list(raw.get("missing_blobs", [])),
         )
 
+    def metrics(self) -> Dict[str, float]:
+        """This engine's metrics since it was opened, as ``sandlog serve``
+        exposes them at ``/metrics`` (docs/operations.md): each sample's
+        name with its labels, as the Prometheus text format writes it, to
+        its value, e.g. ``'sandlog_executions_total{runtime="python",outcome="ok"}'``;
+        a histogram as its ``_bucket``, ``_count`` and ``_sum`` samples."""
+        values: Dict[str, float] = {}
+        for line in self._native.metrics_text().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            values[sample] = float(value)
+        return values
+
     def reconcile(self, dry_run: bool = False) -> ReconcileResult:
         """Brings the disk in line with the log: finishes interrupted
         prunes and deletes, quarantines orphan directories, records drift."""
@@ -880,6 +911,20 @@ class Engine:
             self._native.execution_records(_text("session_id", session_id), min(size, 2**32))
         )
         return records
+
+    def sync_session(self, session_id: str) -> SyncResult:
+        """Records the changes made in the session's workspace outside
+        sandlog since the last record (as ``sandlog session sync`` does):
+        ``session.synced`` and the files' events, in one append; nothing
+        is appended when nothing changed."""
+        raw = json.loads(self._native.sync_session(_text("session_id", session_id)))
+        return SyncResult(
+            recorded=bool(raw["recorded"]),
+            files_written=[str(path) for path in raw["files_written"]],
+            files_deleted=[str(path) for path in raw["files_deleted"]],
+            position=raw.get("position"),
+            raw=raw,
+        )
 
     def adopt(self, source: PathLike) -> AdoptResult:
         """Adopts the seed system's workspaces: every UUID-named directory

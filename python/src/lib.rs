@@ -651,6 +651,10 @@ impl PyEngine {
         self.with(py, |engine| json(&engine.verify(None, &|_| {})?))
     }
 
+    fn metrics_text(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |engine| Ok(engine.metrics_text()))
+    }
+
     fn reconcile(&self, py: Python<'_>, dry_run: bool) -> PyResult<String> {
         self.with(py, move |engine| {
             let options = ReconcileOptions {
@@ -717,6 +721,14 @@ impl PyEngine {
     ) -> PyResult<String> {
         self.with(py, |engine| {
             json(&engine.execution_records(self::session_id(session_id)?, excerpt)?)
+        })
+    }
+
+    /// Records changes made in the session's workspace outside sandlog
+    /// (`sandlog session sync`); the report as JSON.
+    fn sync_session(&self, py: Python<'_>, session_id: &str) -> PyResult<String> {
+        self.with(py, |engine| {
+            json(&engine.sync_session(self::session_id(session_id)?)?)
         })
     }
 

@@ -253,6 +253,23 @@ def test_a_guest_failure_is_a_result(engine: sandlog.Engine, sid: str) -> None:
     assert "ZeroDivisionError" in result.stderr
 
 
+def test_metrics_count_what_the_engine_did(engine: sandlog.Engine, sid: str) -> None:
+    ok = 'sandlog_executions_total{runtime="python",outcome="ok"}'
+    error = 'sandlog_executions_total{runtime="python",outcome="error"}'
+    durations = 'sandlog_execution_duration_seconds_count{runtime="python"}'
+    before = engine.metrics()
+    engine.execute(sid, "print(1)")
+    engine.execute(sid, "1/0")
+    after = engine.metrics()
+    assert after[ok] == before.get(ok, 0) + 1
+    assert after[error] == before.get(error, 0) + 1
+    assert after[durations] == before.get(durations, 0) + 2
+    assert after["sandlog_appends_total"] >= before["sandlog_appends_total"] + 2
+    assert after["sandlog_log_head_position"] >= before["sandlog_log_head_position"] + 2
+    assert after["sandlog_log_size_bytes"] > 0
+    assert all(isinstance(value, float) for value in after.values())
+
+
 def test_output_is_decoded_lossily(engine: sandlog.Engine, sid: str) -> None:
     result = engine.execute(sid, "import sys; sys.stdout.buffer.write(b'ok \\xff\\n')")
     assert result.stdout_bytes == b"ok \xff\n"
@@ -659,6 +676,21 @@ def test_executions_are_recorded_with_their_evidence(engine: sandlog.Engine, sid
     assert [record["outcome"] for record in records] == ["ok", "error"]
     assert "print('hello')" in str(records[0]["code"])
     assert "hello" in str(records[0]["stdout"])
+
+
+def test_sync_session_records_changes_made_beside_sandlog(engine: sandlog.Engine, sid: str) -> None:
+    engine.write_file(sid, "kept.txt", b"kept")
+    engine.write_file(sid, "gone.txt", b"gone")
+    workspace = Path(engine.root) / "workspaces" / sid
+    (workspace / "made.txt").write_bytes(b"made beside")
+    (workspace / "gone.txt").unlink()
+    synced = engine.sync_session(sid)
+    assert synced.recorded and synced.files_written == ["made.txt"] and synced.files_deleted == ["gone.txt"]
+    assert sorted(file.path for file in engine.list_files(sid)) == ["kept.txt", "made.txt"]
+    assert [event["kind"] for event in engine.log(session_id=sid)][-1] in ("file.written", "file.deleted")
+    assert not engine.sync_session(sid).recorded  # nothing changed since
+    with pytest.raises(sandlog.NotFound):
+        engine.sync_session(str(uuid.uuid4()))
 
 
 def test_the_package_has_a_version() -> None:

@@ -76,8 +76,9 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
     engine = sandlog.Engine.init(tmp_path / "root")
     sid = engine.create_session()
     engine.write_file(sid, "a.txt", b"a")
-    compat.use_engine(engine)
-    valid: List[Any] = [sid, "a.txt", b"data", True, 1, timedelta(hours=1)]
+    seeds = tmp_path / "seed-layout"
+    seed_sandbox = compat.create_sandbox(session_id="fuzz", workspace_root=seeds)
+    valid: List[Any] = [sid, "a.txt", b"data", True, 1, timedelta(hours=1), "fuzz", compat.RuntimeType.PYTHON]
 
     def v() -> Any:
         return random_value(rng, valid)
@@ -119,14 +120,17 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
         "verify_checkpoint": lambda: engine.verify_checkpoint(v(), v()),
         "export_evidence": lambda: engine.export_evidence(v(), key=rng.choice([None, safe_root(v())])),
         "verify_evidence": lambda: sandlog.verify_evidence(v(), v()),
-        "compat_create": lambda: compat.create_session_sandbox(runtime=v(), policy=v()),
-        "compat_get": lambda: compat.get_session_sandbox(v(), runtime=v()),
-        "compat_list": lambda: compat.list_session_files(v(), pattern=v()),
-        "compat_read": lambda: compat.read_session_file(v(), v()),
-        "compat_write": lambda: compat.write_session_file(v(), v(), v(), overwrite=v()),
-        "compat_delete_path": lambda: compat.delete_session_path(v(), v(), recursive=v()),
-        "compat_delete": lambda: compat.delete_session_workspace(v()),
-        "compat_prune": lambda: compat.prune_sessions(older_than_hours=v(), dry_run=True),
+        "compat_create": lambda: compat.create_sandbox(
+            runtime=v(), policy=v(), session_id=v(), workspace_root=seeds, allow_non_uuid=v()
+        ),
+        "compat_execute": lambda: seed_sandbox.execute(random_text(rng)),
+        "compat_list": lambda: compat.list_session_files(v(), workspace_root=seeds, pattern=v()),
+        "compat_read": lambda: compat.read_session_file(v(), v(), workspace_root=seeds),
+        "compat_write": lambda: compat.write_session_file(v(), v(), v(), workspace_root=seeds, overwrite=v()),
+        "compat_delete_path": lambda: compat.delete_session_path(v(), v(), workspace_root=seeds, recursive=v()),
+        "compat_delete": lambda: compat.delete_session_workspace(v(), workspace_root=seeds),
+        "compat_prune": lambda: compat.prune_sessions(older_than_hours=v(), workspace_root=seeds, dry_run=True),
+        "compat_policy": lambda: compat.ExecutionPolicy.model_validate(v()),
     }
 
     def safe_root(value: Any) -> Any:
@@ -152,5 +156,4 @@ def test_random_arguments_to_every_function(tmp_path: Path, monkeypatch: pytest.
         assert engine.execute(fresh, "print(1)").stdout == "1\n"
         assert engine.verify().ok
     finally:
-        compat.use_engine(None)
         engine.close()

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
@@ -77,6 +78,11 @@ pub struct EngineOptions {
     /// held session is an open lease file, and a run holds
     /// [`crate::lifecycle::PRUNE_BATCHES_HELD`] batches at once.
     pub prune_batch_sessions: Option<usize>,
+    /// How long a writer of a session (an execution, a native run, a
+    /// sync, a host write) waits for another writer of the same session,
+    /// in this or any process, before failing with `busy`
+    /// ([`crate::lease::WRITER_WAIT_DEFAULT`] by default).
+    pub session_wait: Duration,
     /// Failure injection for destructive steps (tests, chaos drills).
     pub fault: Option<crate::fault::SharedFaultInjector>,
     /// The node (host) this engine acts for, recorded on the sessions it
@@ -111,6 +117,7 @@ impl Default for EngineOptions {
             on_upgrade: None,
             finish_intents_on_open: true,
             prune_batch_sessions: None,
+            session_wait: crate::lease::WRITER_WAIT_DEFAULT,
             fault: None,
             store: None,
             node: None,
@@ -118,6 +125,12 @@ impl Default for EngineOptions {
         }
     }
 }
+
+/// How many times a session's record is attempted when its stream keeps
+/// moving under it (see [`Engine::write_session`]). Each retry follows an
+/// append by someone else, so a bound this size is never reached by
+/// honest traffic; it only stops a livelock.
+pub const SESSION_APPEND_ATTEMPTS: u32 = 16;
 
 /// The engine over one root. `Send + Sync`.
 pub struct Engine {
@@ -135,6 +148,10 @@ pub struct Engine {
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
     /// The root settings as of a version of the system stream.
     pub(crate) settings_cache: Mutex<Option<SettingsAsOf>>,
+    /// What this engine counted (see [`crate::metrics`]).
+    pub(crate) metrics: crate::metrics::Metrics,
+    /// What [`Engine::health`] holds the root to.
+    pub(crate) health_options: Mutex<crate::health::HealthOptions>,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -424,6 +441,8 @@ impl Engine {
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
             settings_cache: Mutex::new(None),
+            metrics: crate::metrics::Metrics::new(),
+            health_options: Mutex::new(crate::health::HealthOptions::default()),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left
@@ -610,24 +629,28 @@ impl Engine {
     }
 
     /// Takes the session's shared lease (waiting up to
-    /// [`crate::lease::USE_WAIT_MAX`] for a prune or delete holding it) and
-    /// returns the session, which must be active *after* the lease is held:
-    /// a prune or delete that finished meanwhile wins.
-    pub(crate) fn lease_active(
+    /// [`crate::lease::USE_WAIT_MAX`] for a prune or delete holding it),
+    /// then its writer lock (waiting up to `wait` for another writer), and
+    /// returns the session as it is *after* both are held: a prune or
+    /// delete that finished meanwhile wins, and the version and files are
+    /// those the previous writer left.
+    pub(crate) fn hold_for_writing(
         &self,
         session_id: SessionId,
-    ) -> Result<(crate::lease::Lease, SessionState)> {
-        self.lease_active_with(session_id, |engine| engine.active_session(session_id))
+        wait: Duration,
+    ) -> Result<(crate::lease::WriterHold, SessionState)> {
+        self.hold_with(session_id, wait, |engine| engine.active_session(session_id))
     }
 
-    /// [`Engine::lease_active`] for callers that need the session's row
-    /// but not its files (reading every file's row costs as much as the
-    /// session has files).
-    pub(crate) fn lease_active_summary(
+    /// [`Engine::hold_for_writing`] for callers that need the session's
+    /// row but not its files (reading every file's row costs as much as
+    /// the session has files).
+    pub(crate) fn hold_for_writing_summary(
         &self,
         session_id: SessionId,
-    ) -> Result<(crate::lease::Lease, SessionSummary)> {
-        self.lease_active_with(session_id, |engine| {
+        wait: Duration,
+    ) -> Result<(crate::lease::WriterHold, SessionSummary)> {
+        self.hold_with(session_id, wait, |engine| {
             let summary = engine.session(session_id)?;
             match summary.status {
                 SessionStatus::Active => Ok(summary),
@@ -636,13 +659,21 @@ impl Engine {
         })
     }
 
-    /// Takes the session's shared lease, then reads the session with
-    /// `load`, which fails with `SessionNotActive` unless it is active.
-    fn lease_active_with<T>(
+    /// How long this engine's writers wait for another writer of the same
+    /// session: [`EngineOptions::session_wait`].
+    pub(crate) fn session_wait(&self) -> Duration {
+        self.options.session_wait
+    }
+
+    /// Takes the session's shared lease and writer lock, then reads the
+    /// session with `load`, which fails with `SessionNotActive` unless it
+    /// is active.
+    fn hold_with<T>(
         &self,
         session_id: SessionId,
+        wait: Duration,
         load: impl FnOnce(&Engine) -> Result<T>,
-    ) -> Result<(crate::lease::Lease, T)> {
+    ) -> Result<(crate::lease::WriterHold, T)> {
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;
@@ -659,16 +690,32 @@ impl Engine {
             crate::lease::LeaseMode::Shared,
             crate::lease::USE_WAIT_MAX,
         )?;
+        let not_active = |lease: crate::lease::Lease, status: SessionStatus| {
+            // Finished while this waited; its lease file may have been
+            // removed and just recreated by this open. Any holder
+            // re-reads a terminal status, so removing it is safe.
+            if !status.has_workspace() {
+                let _ = lease.remove();
+            }
+            RuntimeError::SessionNotActive { session_id, status }
+        };
+        // The session may have finished while this waited for the lease:
+        // its workspace is then gone, which is not a reason to fail with
+        // an I/O error.
+        let summary = self.session(session_id)?;
+        if summary.status != SessionStatus::Active {
+            return Err(not_active(lease, summary.status));
+        }
+        let writer = crate::lease::WriterLock::acquire(
+            &self.layout.workspace(session_id),
+            session_id,
+            wait,
+        )?;
         match load(self) {
-            Ok(session) => Ok((lease, session)),
-            Err(RuntimeError::SessionNotActive { session_id, status }) => {
-                // Finished while this waited; its lease file may have been
-                // removed and just recreated by this open. Any holder
-                // re-reads a terminal status, so removing it is safe.
-                if !status.has_workspace() {
-                    let _ = lease.remove();
-                }
-                Err(RuntimeError::SessionNotActive { session_id, status })
+            Ok(session) => Ok((crate::lease::WriterHold::new(lease, writer), session)),
+            Err(RuntimeError::SessionNotActive { status, .. }) => {
+                drop(writer);
+                Err(not_active(lease, status))
             }
             Err(error) => Err(error),
         }
@@ -697,30 +744,20 @@ impl Engine {
         version: sandlog_core::StreamVersion,
         events: &[NewEvent],
     ) -> Result<Vec<sandlog_core::Envelope>> {
-        match self.append_log(session_id.stream(), ExpectedVersion::Exact(version), events) {
-            Ok(envelopes) => Ok(envelopes),
-            Err(EventStoreError::VersionConflict {
-                actual: Some(actual),
-                ..
-            }) => {
-                let session = self.session(session_id)?;
-                if session.status != SessionStatus::Active {
-                    tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
-                    return Err(RuntimeError::SessionNotActive {
-                        session_id,
-                        status: session.status,
-                    });
-                }
-                Ok(self.append_log(session_id.stream(), ExpectedVersion::Exact(actual), events)?)
-            }
-            Err(error) => Err(error.into()),
-        }
+        self.write_session(session_id, version, |write, version| {
+            Ok(write.append(session_id.stream(), ExpectedVersion::Exact(version), events)?)
+        })
     }
 
     /// Runs `build` in one write transaction to append to a session's
-    /// stream at `version` (see [`Engine::append_to_session`] for what
-    /// happens when another process appended meanwhile: `build` runs again
-    /// at the new version).
+    /// stream at `version`. Writers of a session take turns (the writer
+    /// lock), but events that change no file (a hold, an erasure, a
+    /// kernel's restart) are appended without it, so the version may have
+    /// moved: then `build` runs again at the new version, up to
+    /// [`SESSION_APPEND_ATTEMPTS`] times in all, so what a guest did is
+    /// recorded rather than dropped. Only a session that stopped being
+    /// active (a prune or delete intent won) fails, with
+    /// [`RuntimeError::SessionNotActive`].
     pub(crate) fn write_session<T>(
         &self,
         session_id: SessionId,
@@ -730,22 +767,28 @@ impl Engine {
             sandlog_core::StreamVersion,
         ) -> Result<T>,
     ) -> Result<T> {
-        match self.write_log(|write| build(write, version)) {
-            Err(RuntimeError::Store(EventStoreError::VersionConflict {
-                actual: Some(actual),
-                ..
-            })) => {
-                let session = self.session(session_id)?;
-                if session.status != SessionStatus::Active {
-                    tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
-                    return Err(RuntimeError::SessionNotActive {
-                        session_id,
-                        status: session.status,
-                    });
+        let mut version = version;
+        let mut attempt = 1;
+        loop {
+            match self.write_log(|write| build(write, version)) {
+                Err(RuntimeError::Store(EventStoreError::VersionConflict {
+                    actual: Some(actual),
+                    ..
+                })) if attempt < SESSION_APPEND_ATTEMPTS => {
+                    let session = self.session(session_id)?;
+                    if session.status != SessionStatus::Active {
+                        tracing::warn!(%session_id, status = session.status.as_str(), "session stopped being active during the operation; its events are not recorded");
+                        return Err(RuntimeError::SessionNotActive {
+                            session_id,
+                            status: session.status,
+                        });
+                    }
+                    tracing::debug!(%session_id, attempt, "the session's stream moved; appending again at its new version");
+                    version = actual;
+                    attempt += 1;
                 }
-                self.write_log(|write| build(write, actual))
+                other => return other,
             }
-            other => other,
         }
     }
 

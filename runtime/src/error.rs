@@ -184,11 +184,68 @@ pub enum RuntimeError {
         /// What to do about it.
         remedy: &'static str,
     },
+    /// A path given as input (a key, a checkpoint, a bundle, a code file,
+    /// an upload) is not a regular file: a FIFO or a device would hang the
+    /// command or never end, so it is refused before anything is read.
+    #[error(
+        "{what} {path} is {found}, not a regular file: nothing was read from it; give the path of a file (or `-` for stdin where the command takes it)"
+    )]
+    NotAFile {
+        /// The path as given.
+        path: String,
+        /// What it was to be (`signing key`, `bundle`, `code file`).
+        what: String,
+        /// What it is (`a FIFO (named pipe)`, `a character device`, …).
+        found: &'static str,
+    },
+    /// A signing key file that its group or others may read or write.
+    #[error(
+        "key file {path} has mode {mode:04o}: others may read or change it, so it signs for them too; run `chmod 600 {path}`"
+    )]
+    KeyExposed {
+        /// The key file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A text input (a key, a checkpoint) is not UTF-8.
+    #[error("{what} {path} is not UTF-8 text: it cannot be a {what}")]
+    NotText {
+        /// The path as given.
+        path: String,
+        /// What it was to be.
+        what: String,
+    },
+    /// An input is past the largest size it may have; reading stopped
+    /// there, in bounded memory.
+    #[error(
+        "{what} is larger than {limit} = {max} bytes; it was not read past that. Give a smaller input"
+    )]
+    ReadTooLarge {
+        /// The input (and its path, when it has one).
+        what: String,
+        /// The limit's name.
+        limit: &'static str,
+        /// The limit, bytes.
+        max: u64,
+    },
+    /// A client named a guest runtime the server does not offer. Over HTTP
+    /// and MCP a runtime is a name from a fixed set, never a path on the
+    /// server, which a client could otherwise make it compile and run.
+    #[error(
+        "unknown runtime {name:?}: this server runs {known}; an operator registers more with `--module NAME=PATH.wasm`"
+    )]
+    UnknownRuntime {
+        /// What the client asked for (cut to a bounded length).
+        name: String,
+        /// The names it may ask for, comma-separated.
+        known: String,
+    },
     /// Another process (or engine) holds the session's lease: an execution
     /// or write is running in it, or it is being pruned or deleted. Nothing
     /// was changed. Retry when it finishes, or wait longer.
     #[error(
-        "session {session_id} is busy: another execution, write, prune or delete holds its lease (waited {} ms); retry when it finishes, or wait longer (`session delete --wait DUR`)",
+        "session {session_id} is busy: another execution, write, prune or delete holds it (waited {} ms); retry when it finishes, or wait longer (`--wait DUR`)",
         wait.as_millis()
     )]
     Busy {
@@ -338,6 +395,11 @@ impl RuntimeError {
             Self::EscapesWorkspace { .. } => "path_escapes",
             Self::QuotaExceeded { .. } | Self::ContextTooLarge { .. } => "quota",
             Self::RuntimeMissing { .. } => "runtime_missing",
+            Self::UnknownRuntime { .. } => "unknown_runtime",
+            Self::NotAFile { .. } => "not_a_file",
+            Self::KeyExposed { .. } => "key_exposed",
+            Self::NotText { .. } => "invalid_input",
+            Self::ReadTooLarge { .. } => "too_large",
             Self::NativeNotStarted { source, .. } => match source.kind() {
                 std::io::ErrorKind::NotFound => "not_found",
                 std::io::ErrorKind::PermissionDenied => "permission_denied",
@@ -400,11 +462,16 @@ impl RuntimeError {
             Self::IsDirectory { .. }
             | Self::EscapesWorkspace { .. }
             | Self::BadLocation { .. }
+            | Self::UnknownRuntime { .. }
+            | Self::NotAFile { .. }
+            | Self::KeyExposed { .. }
+            | Self::NotText { .. }
             | Self::Note(NoteError::BadName(_) | NoteError::BadKey { .. }) => ErrorClass::BadInput,
             Self::QuotaExceeded { .. }
             | Self::ContextTooLarge { .. }
             | Self::CodeTooLarge { .. }
-            | Self::InputTooLarge { .. } => ErrorClass::Limit,
+            | Self::InputTooLarge { .. }
+            | Self::ReadTooLarge { .. } => ErrorClass::Limit,
             Self::Sandbox(error) => error.class(),
             Self::Store(error) => error.class(),
             Self::Projection(error) => error.class(),

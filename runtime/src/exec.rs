@@ -4,7 +4,6 @@
 //! changes found after the run, in one append).
 
 use std::path::PathBuf;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use sandlog_core::event::{Event, ExecutionLimit, ExecutionScan, RecordedLimits, SessionExecuted};
@@ -67,6 +66,37 @@ impl Runtime {
     }
 }
 
+/// The guest modules an operator offers to clients by name (`serve
+/// --module NAME=PATH.wasm`), beside the built-in `python` and
+/// `javascript`. Clients of a server choose among these names only.
+pub type RegisteredModules = std::collections::BTreeMap<String, PathBuf>;
+
+/// How much of an unknown runtime name an error repeats.
+const RUNTIME_NAME_SHOWN_MAX: usize = 64;
+
+impl Runtime {
+    /// The runtime a remote client named: `python` (or `py`),
+    /// `javascript` (or `js`), or a module the operator registered. Never
+    /// a path: anything else is [`RuntimeError::UnknownRuntime`].
+    pub fn named(name: &str, modules: &RegisteredModules) -> Result<Runtime> {
+        match name {
+            "python" | "py" => Ok(Runtime::Python),
+            "javascript" | "js" => Ok(Runtime::JavaScript),
+            other => match modules.get(other) {
+                Some(path) => Ok(Runtime::Module(path.clone())),
+                None => {
+                    let mut known = vec!["python".to_owned(), "javascript".to_owned()];
+                    known.extend(modules.keys().cloned());
+                    Err(RuntimeError::UnknownRuntime {
+                        name: other.chars().take(RUNTIME_NAME_SHOWN_MAX).collect(),
+                        known: known.join(", "),
+                    })
+                }
+            },
+        }
+    }
+}
+
 /// One execution request.
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
@@ -104,6 +134,9 @@ pub struct LimitOverrides {
     pub workspace_bytes: Option<u64>,
     /// File bytes kept as evidence (0: evidence off).
     pub evidence_bytes: Option<u64>,
+    /// How long to wait for another writer of the session to finish
+    /// before failing with `busy`; else the engine's `session_wait`.
+    pub wait: Option<Duration>,
 }
 
 /// What an execution did.
@@ -202,7 +235,50 @@ impl Engine {
     /// here, a warm kernel in [`crate::kernel`]). `run` gets the one-shot
     /// request and returns the report, and whether the guest ran in a warm
     /// kernel (`None`: one-shot), which `session.executed` records.
+    ///
+    /// Runs in a span of its own under the `sandlog::otel` target (the
+    /// session, the correlation id, the outcome and the positions of the
+    /// events appended), which a front end may export as a trace.
     pub(crate) fn execute_with(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        run: impl FnOnce(RunContext<'_>) -> Result<(RunReport, Option<bool>)>,
+    ) -> Result<Execution> {
+        let span = tracing::info_span!(
+            target: "sandlog::otel",
+            "execute",
+            sandlog.session_id = %session_id,
+            sandlog.correlation_id = tracing::field::Empty,
+            sandlog.runtime = %request.runtime.name(),
+            sandlog.outcome = tracing::field::Empty,
+            sandlog.position.first = tracing::field::Empty,
+            sandlog.position.last = tracing::field::Empty,
+            sandlog.error = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.execute_recorded(session_id, request, run);
+        }
+        if let Some(correlation) = self.options.correlation_id {
+            span.record(
+                "sandlog.correlation_id",
+                tracing::field::display(correlation),
+            );
+        }
+        let _entered = span.enter();
+        let result = self.execute_recorded(session_id, request, run);
+        match &result {
+            Ok(execution) => {
+                span.record("sandlog.outcome", execution.outcome.as_str());
+            }
+            Err(error) => {
+                span.record("sandlog.error", error.kind());
+            }
+        }
+        result
+    }
+
+    fn execute_recorded(
         &self,
         session_id: SessionId,
         request: &ExecRequest,
@@ -214,12 +290,16 @@ impl Engine {
                 max: CODE_BYTES_MAX,
             });
         }
-        let lock = self.lock_session(session_id);
-        let _guard: MutexGuard<'_, ()> =
-            lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Held through the run and the append: the workspace is never
-        // removed under the guest.
-        let (_lease, session) = self.lease_active(session_id)?;
+        // Held from before the guest starts until its record commits: the
+        // workspace is never removed under the guest, and the session's
+        // other writers (in any process) wait their turn, so the scan
+        // after the run sees only what this guest did.
+        let queued = Instant::now();
+        let (_hold, session) = self.hold_for_writing(
+            session_id,
+            request.limits.wait.unwrap_or_else(|| self.session_wait()),
+        )?;
+        self.metrics.queue_wait(queued.elapsed());
         let (module, args, stdin) = self.prepare(request)?;
         let mut limits = self.limits(&request.limits);
         // The session's size limit caps what the guest may leave.
@@ -343,6 +423,16 @@ impl Engine {
             )?)
         })?;
         let position = envelopes.first().map_or(0, |envelope| envelope.position.0);
+        // As signed integers: OpenTelemetry's integer attributes are i64.
+        let signed = |position: u64| i64::try_from(position).unwrap_or(i64::MAX);
+        let span = tracing::Span::current();
+        span.record("sandlog.position.first", signed(position));
+        span.record(
+            "sandlog.position.last",
+            signed(envelopes.last().map_or(0, |envelope| envelope.position.0)),
+        );
+        self.metrics
+            .execution(&request.runtime, outcome, report.duration);
         tracing::info!(target: "sandlog::lifecycle", event = "session.executed", %session_id, outcome = outcome.as_str(), files_written = written.len(), files_deleted = deleted.len(), "executed");
         self.maybe_checkpoint(false);
         Ok(Execution {

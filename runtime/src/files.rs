@@ -102,9 +102,9 @@ impl Engine {
         overwrite: bool,
         size: Option<u64>,
     ) -> Result<FileView> {
-        let lock = self.lock_session(session_id);
-        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (_lease, session) = self.lease_active_summary(session_id)?;
+        // Held through the write and its record: never credited to a
+        // guest running meanwhile, which holds the same lock.
+        let (_hold, session) = self.hold_for_writing_summary(session_id, self.session_wait())?;
         let previous =
             query::session_file(&self.store, session_id, path)?.map_or(0, |file| file.size);
         let quota = self.session_quota(session.max_size, None)?;
@@ -231,9 +231,7 @@ impl Engine {
         path: &WorkspacePath,
         recursive: bool,
     ) -> Result<Vec<WorkspacePath>> {
-        let lock = self.lock_session(session_id);
-        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (_lease, session) = self.lease_active(session_id)?;
+        let (_hold, session) = self.hold_for_writing(session_id, self.session_wait())?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;
         if workspace.is_dir(path)?.is_none() && !session.files.contains_key(path) {
             return Err(RuntimeError::FileNotFound {

@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use sandlog_core::cosignature::{WitnessKey, WitnessVerifierKey};
 use sandlog_core::note::{SignerKey, VerifierKey};
 
 use crate::error::{Result, RuntimeError};
@@ -14,39 +15,22 @@ use crate::error::{Result, RuntimeError};
 pub const KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
 
 fn read_small_file(path: &Path, what: &str) -> Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(RuntimeError::io(format!(
-        "reading {what} {}",
-        path.display()
-    )))?;
-    let mut text = String::new();
-    file.take(KEY_FILE_BYTES_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(RuntimeError::io(format!(
-            "reading {what} {}",
-            path.display()
-        )))?;
-    if text.len() as u64 > KEY_FILE_BYTES_MAX {
-        return Err(RuntimeError::Io {
-            context: format!("reading {what} {}", path.display()),
-            source: std::io::Error::new(
-                std::io::ErrorKind::FileTooLarge,
-                format!("larger than {KEY_FILE_BYTES_MAX} bytes: not a {what}"),
-            ),
-        });
-    }
-    Ok(text)
+    crate::input::read_text_bounded(path, what, KEY_FILE_BYTES_MAX, "KEY_FILE_BYTES_MAX")
 }
 
-/// Draws a new Ed25519 key named `origin` from the OS's randomness and
-/// writes it to `path` (mode 0600, never over an existing file).
-pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
+/// 32 bytes from the OS's randomness: a new key's seed.
+fn random_seed() -> Result<[u8; 32]> {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|error| RuntimeError::Io {
         context: "drawing a random key".into(),
         source: std::io::Error::other(error.to_string()),
     })?;
-    let key = SignerKey::from_seed(origin, seed).map_err(RuntimeError::Note)?;
+    Ok(seed)
+}
+
+/// Writes a secret key's text to a new file `path` (mode 0600, never over
+/// an existing file), synced.
+fn write_key_file(path: &Path, text: &str) -> Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -58,21 +42,84 @@ pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
     let mut file = options
         .open(path)
         .map_err(RuntimeError::io(context.clone()))?;
-    file.write_all(format!("{}\n", key.to_private_string()).as_bytes())
+    file.write_all(format!("{text}\n").as_bytes())
         .and_then(|()| file.sync_all())
-        .map_err(RuntimeError::io(context))?;
+        .map_err(RuntimeError::io(context))
+}
+
+/// Draws a new Ed25519 key named `origin` from the OS's randomness and
+/// writes it to `path` (mode 0600, never over an existing file).
+pub fn generate_key_file(origin: &str, path: &Path) -> Result<SignerKey> {
+    let key = SignerKey::from_seed(origin, random_seed()?).map_err(RuntimeError::Note)?;
+    write_key_file(path, &key.to_private_string())?;
     Ok(key)
 }
 
-/// Reads a signer key file written by [`generate_key_file`].
+/// Draws a new witness cosigning key (C2SP cosignature/v1) named `name` and
+/// writes it to `path` (mode 0600, never over an existing file).
+pub fn generate_witness_key_file(name: &str, path: &Path) -> Result<WitnessKey> {
+    let key = WitnessKey::from_seed(name, random_seed()?).map_err(RuntimeError::Note)?;
+    write_key_file(path, &key.to_private_string())?;
+    Ok(key)
+}
+
+/// Reads a witness key file written by [`generate_witness_key_file`]
+/// (refused, like a signing key, when others may read it).
+pub fn read_witness_key(path: &Path) -> Result<WitnessKey> {
+    WitnessKey::parse(&read_private_file(path, "witness key")?).map_err(RuntimeError::Note)
+}
+
+/// Reads a witness's verifier key: the text itself, or a file holding it.
+pub fn read_witness_verifier_key(text_or_path: &str) -> Result<WitnessVerifierKey> {
+    let path = Path::new(text_or_path);
+    let text = if path.symlink_metadata().is_ok() {
+        read_small_file(path, "witness verifier key")?
+    } else {
+        text_or_path.to_owned()
+    };
+    WitnessVerifierKey::parse(&text).map_err(RuntimeError::Note)
+}
+
+/// Reads a signer key file written by [`generate_key_file`]. Like ssh, it
+/// refuses a key file that its group or others may read or write: a key
+/// anyone else can read signs for them too.
 pub fn read_signer_key(path: &Path) -> Result<SignerKey> {
-    SignerKey::parse(&read_small_file(path, "key file")?).map_err(RuntimeError::Note)
+    SignerKey::parse(&read_private_file(path, "signing key")?).map_err(RuntimeError::Note)
+}
+
+/// A private key file's text. Like ssh, it refuses a key file that its
+/// group or others may read or write: a key anyone else can read signs
+/// for them too.
+fn read_private_file(path: &Path, what: &str) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let (file, metadata) = crate::input::open_regular(path, what)?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(RuntimeError::KeyExposed {
+            path: path.display().to_string(),
+            mode,
+        });
+    }
+    let bytes = crate::input::read_opened_bounded(
+        file,
+        &metadata,
+        path,
+        what,
+        KEY_FILE_BYTES_MAX,
+        "KEY_FILE_BYTES_MAX",
+    )?;
+    String::from_utf8(bytes).map_err(|_| RuntimeError::NotText {
+        path: path.display().to_string(),
+        what: what.to_owned(),
+    })
 }
 
 /// Reads a verifier key: the text itself, or a file holding it.
 pub fn read_verifier_key(text_or_path: &str) -> Result<VerifierKey> {
     let path = Path::new(text_or_path);
-    let text = if path.is_file() {
+    // Anything at the path is read as a file (and refused unread when it
+    // is a FIFO or a device); text naming nothing is the key itself.
+    let text = if path.symlink_metadata().is_ok() {
         read_small_file(path, "verifier key")?
     } else {
         text_or_path.to_owned()

@@ -52,6 +52,14 @@ pub const DELETE_WAIT_DEFAULT: Duration = Duration::from_secs(10);
 /// so the same bound applies. Past it the command fails with `busy`.
 pub const USE_WAIT_MAX: Duration = Duration::from_secs(60);
 
+/// How long a writer of a session (an execution, a native run, a sync,
+/// a host write) waits by default for another writer of the same session,
+/// in this or any other process, to finish. Longer than a run at the
+/// default timeout plus its scan, so a few runs queued behind each other
+/// proceed in turn; past it the writer fails with `busy` before it has
+/// changed anything. `EngineOptions::session_wait` and `--wait DUR` set it.
+pub const WRITER_WAIT_DEFAULT: Duration = Duration::from_secs(60);
+
 /// How a lease is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseMode {
@@ -104,6 +112,71 @@ fn open_lease_file(path: &Path) -> Result<File> {
 pub(crate) fn prepare(root: &Path, session_id: SessionId) {
     if let Err(error) = open_lease_file(&lease_path(root, session_id)) {
         tracing::warn!(%session_id, %error, "making the lease file failed; its first user makes it");
+    }
+}
+
+/// The writer lock of a session: an exclusive OS advisory lock on its
+/// workspace directory, held by whoever changes the workspace (an
+/// execution from before its guest starts until its record commits, a
+/// native run, a sync, a host write). It makes a session's writers take
+/// turns across processes, so the scan after a run sees only what that
+/// run did and each change is credited to the writer that made it.
+///
+/// Taken after the shared [`Lease`] (prune and delete, holding the lease
+/// exclusively, never wait on it, so the two cannot deadlock). The lock
+/// belongs to an open file description of the directory, released by the
+/// kernel when the holder closes it or dies; it needs no file of its own,
+/// so a session costs no extra inode and a prune removes nothing more.
+#[derive(Debug)]
+pub struct WriterLock {
+    _dir: File,
+}
+
+/// A writer's hold on a session: its shared [`Lease`], then its
+/// [`WriterLock`]. Dropping it releases the writer lock, then the lease.
+#[derive(Debug)]
+pub struct WriterHold {
+    // Field order is drop order: the writer lock goes first.
+    _writer: WriterLock,
+    _lease: Lease,
+}
+
+impl WriterHold {
+    pub(crate) fn new(lease: Lease, writer: WriterLock) -> WriterHold {
+        WriterHold {
+            _writer: writer,
+            _lease: lease,
+        }
+    }
+}
+
+impl WriterLock {
+    /// Takes the writer lock of the workspace at `workspace`, retrying
+    /// every [`LEASE_POLL_INTERVAL`] for up to `wait`; still held by
+    /// another writer then, [`RuntimeError::Busy`].
+    pub fn acquire(workspace: &Path, session_id: SessionId, wait: Duration) -> Result<WriterLock> {
+        let dir = File::open(workspace).map_err(RuntimeError::io(format!(
+            "opening workspace {}",
+            workspace.display()
+        )))?;
+        let started = Instant::now();
+        loop {
+            match dir.try_lock() {
+                Ok(()) => return Ok(WriterLock { _dir: dir }),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(source)) => {
+                    return Err(RuntimeError::Io {
+                        context: format!("locking workspace {}", workspace.display()),
+                        source,
+                    });
+                }
+            }
+            let elapsed = started.elapsed();
+            if elapsed >= wait {
+                return Err(RuntimeError::Busy { session_id, wait });
+            }
+            std::thread::sleep(LEASE_POLL_INTERVAL.min(wait.saturating_sub(elapsed)));
+        }
     }
 }
 

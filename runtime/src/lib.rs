@@ -18,13 +18,16 @@
 //! * [`workspace`]: capability-based access to one workspace (S5).
 //! * [`sessions`]: creating sessions with a group, a size limit,
 //!   read-only directories and context files; the size limit.
+//! * [`health`]: the readiness checks of a root (`/readyz`, `doctor`).
 //! * [`forensics`]: the log, its head, states as of a point, statistics,
 //!   blobs and the Merkle tree, for front ends.
 //! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
+//! * [`metrics`]: the engine's metrics in the Prometheus text format.
 //! * [`fault`]: the fault-injection hook of destructive steps (tests).
 //! * [`lease`]: per-session OS locks between users and destroyers.
 //! * [`applier`]: `reconcile` = pure `plan` + execute.
 //! * [`adopt`]: importing seed workspaces.
+//! * [`ocsf`]: events as OCSF records for SIEMs.
 //! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
 //! * [`keys`]: signer and verifier key files.
 //! * [`report`]: one session as a self-contained HTML report.
@@ -48,14 +51,18 @@ pub mod exec;
 pub mod fault;
 pub mod files;
 pub mod forensics;
+pub mod health;
 pub mod history;
+pub mod input;
 pub mod kernel;
 pub mod keys;
 pub mod layout;
 pub mod lease;
 pub mod lifecycle;
+pub mod metrics;
 pub mod migrate;
 pub mod native;
+pub mod ocsf;
 pub mod proofs;
 pub mod report;
 pub mod retention;
@@ -64,6 +71,7 @@ pub mod sandbox;
 pub mod sessions;
 pub mod shared;
 pub mod verify;
+pub mod witness;
 pub mod workspace;
 
 mod removal;
@@ -75,7 +83,9 @@ pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Result, RuntimeError};
-pub use exec::{ExecRequest, Execution, LimitOverrides, PreparedRuntime, Runtime};
+pub use exec::{
+    ExecRequest, Execution, LimitOverrides, PreparedRuntime, RegisteredModules, Runtime,
+};
 pub use fault::FaultInjector;
 pub use kernel::{KernelLimits, KernelPool, KernelStats, WarmExecution};
 pub use layout::{Layout, default_cache_dir};

@@ -439,6 +439,7 @@ impl Engine {
             }
             report.duration_ms = started.elapsed().as_millis() as u64;
             tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
+            self.metrics.prune_run(true, 0);
             return Ok(report);
         }
         let correlation = self.run_correlation(run_id);
@@ -567,6 +568,7 @@ impl Engine {
         completed.causation_id = Some(started_id);
         self.append_log(StreamId::System, ExpectedVersion::Any, &[completed])?;
         tracing::info!(target: "sandlog::prune", event = "session.prune.completed", summary = %report.summary(), "prune completed");
+        self.metrics.prune_run(false, report.deleted_sessions.len());
         self.maybe_checkpoint(true);
         Ok(report)
     }

@@ -117,6 +117,10 @@ pub struct NativeOptions {
     /// then exits (the CLI): the handlers cannot be taken back, so
     /// afterwards this process ignores those signals.
     pub forward_signals: bool,
+    /// How long to wait for another writer of the session (an execution,
+    /// a write, another run) to finish; else the engine's
+    /// `session_wait`.
+    pub wait: Option<Duration>,
 }
 
 /// What a native command did.
@@ -373,13 +377,12 @@ impl Engine {
                 ),
             ));
         }
-        let session_lock = self.lock_session(session_id);
-        let _guard = session_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Held from before the start until the completion is recorded:
-        // prune skips the session, delete waits.
-        let (_lease, session) = self.lease_active(session_id)?;
+        // prune skips the session, delete waits, other writers take turns.
+        let (_hold, session) = self.hold_for_writing(
+            session_id,
+            options.wait.unwrap_or_else(|| self.session_wait()),
+        )?;
         let limits = &self.options.limits;
         let quota = self.session_quota(session.max_size, None)?;
         let budget = self.evidence_budget(options.evidence_bytes)?;
@@ -677,9 +680,7 @@ impl Engine {
     /// files, hash bytes as for a native run, the engine's timeout as the
     /// deadline).
     pub fn sync_session(&self, session_id: SessionId) -> Result<SyncReport> {
-        let lock = self.lock_session(session_id);
-        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (_lease, session) = self.lease_active(session_id)?;
+        let (_hold, session) = self.hold_for_writing(session_id, self.session_wait())?;
         let limits = &self.options.limits;
         let quota = self.session_quota(session.max_size, None)?;
         let workspace = Workspace::open(&self.layout.workspace(session_id))?;

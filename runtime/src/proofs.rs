@@ -94,6 +94,10 @@ pub struct BundleReport {
     pub missing_blobs: Vec<String>,
     /// The session as its events make it.
     pub state: Option<SessionState>,
+    /// The witnesses' cosignatures, when a policy was given
+    /// ([`verify_bundle_witnessed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witnesses: Option<sandlog_core::cosignature::QuorumReport>,
 }
 
 /// Raw bytes of blobs one bundle carries at most; past it the remaining
@@ -126,7 +130,20 @@ fn blob_refs(envelope: &Envelope) -> Vec<Hash> {
 /// every event hash and inclusion proof, the stream's completeness, every
 /// blob hash, and the session's state recomputed from its events.
 pub fn verify_bundle(bytes: &[u8], key: &VerifierKey) -> Result<BundleReport> {
+    verify_bundle_witnessed(bytes, key, None)
+}
+
+/// [`verify_bundle`], and with `witnesses`, first that the checkpoint
+/// carries enough valid cosignatures ([`crate::witness::check_witnesses`]).
+pub fn verify_bundle_witnessed(
+    bytes: &[u8],
+    key: &VerifierKey,
+    witnesses: Option<&sandlog_core::cosignature::WitnessPolicy>,
+) -> Result<BundleReport> {
     let bundle = Bundle::parse(bytes).map_err(RuntimeError::Bundle)?;
+    let quorum = witnesses
+        .map(|policy| crate::witness::check_witnesses(&bundle.checkpoint, key, policy))
+        .transpose()?;
     let VerifiedBundle {
         checkpoint,
         session_id,
@@ -151,6 +168,7 @@ pub fn verify_bundle(bytes: &[u8], key: &VerifierKey) -> Result<BundleReport> {
         blobs: blobs.len(),
         missing_blobs: missing,
         state: state.sessions.get(&session_id).cloned(),
+        witnesses: quorum,
     })
 }
 

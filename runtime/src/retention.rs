@@ -195,6 +195,17 @@ impl Engine {
     /// are recorded as `evidence.erased` on the `system` stream.
     pub fn gc(&self, evidence_older_than: Option<Duration>) -> Result<GcReport> {
         let mut report = GcReport::default();
+        // What gc keeps is what the blob references name: a table that
+        // lost rows would let it destroy kept evidence, so it must agree
+        // with the log first.
+        self.sync()?;
+        if let Some(mismatch) = self.blob_refs_mismatch()? {
+            return Err(RuntimeError::Projection(
+                sandlog_projections::ProjectionError::Corrupt(format!(
+                    "{mismatch}; gc removed nothing. Rebuild the read models (`sandlog rebuild`) and run it again"
+                )),
+            ));
+        }
         let candidates: Vec<Hash> = self
             .backend()
             .blob_hashes()?

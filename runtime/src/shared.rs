@@ -135,8 +135,11 @@ impl Engine {
     where
         E: From<EventStoreError>,
     {
+        let started = std::time::Instant::now();
         let Some(shared) = &self.shared else {
-            return self.store.write(|write| f(write));
+            let value = self.store.write(|write| f(write))?;
+            self.metrics.append(started.elapsed());
+            return Ok(value);
         };
         let mut f = Some(f);
         let mut outcome = None;
@@ -151,6 +154,7 @@ impl Engine {
         })?;
         match outcome {
             Some(Ok(value)) => {
+                self.metrics.append(started.elapsed());
                 self.follow()?;
                 Ok(value)
             }
@@ -170,10 +174,14 @@ impl Engine {
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> sandlog_eventstore::Result<Vec<Envelope>> {
+        let started = std::time::Instant::now();
         let Some(shared) = &self.shared else {
-            return self.store.append(stream, expected, events);
+            let envelopes = self.store.append(stream, expected, events)?;
+            self.metrics.append(started.elapsed());
+            return Ok(envelopes);
         };
         let envelopes = shared.append(stream, expected, events)?;
+        self.metrics.append(started.elapsed());
         self.follow()?;
         Ok(envelopes)
     }
@@ -184,10 +192,14 @@ impl Engine {
         &self,
         batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
     ) -> sandlog_eventstore::Result<Vec<Envelope>> {
+        let started = std::time::Instant::now();
         let Some(shared) = &self.shared else {
-            return self.store.append_batch(batch);
+            let envelopes = self.store.append_batch(batch)?;
+            self.metrics.append(started.elapsed());
+            return Ok(envelopes);
         };
         let envelopes = shared.append_batch(batch)?;
+        self.metrics.append(started.elapsed());
         self.follow()?;
         Ok(envelopes)
     }

@@ -39,6 +39,21 @@ impl Engine {
     /// read models with a fresh in-memory fold of the log. A broken chain
     /// is an `Err` naming the first bad position.
     pub fn verify(&self, digest: Option<Digest>, progress: &dyn Fn(u64)) -> Result<VerifyOutcome> {
+        let outcome = self.verify_unmetered(digest, progress);
+        self.metrics.verify_run(match &outcome {
+            Ok(outcome) if outcome.ok => "ok",
+            Ok(_) => "mismatch",
+            Err(error) if error.is_integrity() => "broken",
+            Err(_) => "error",
+        });
+        outcome
+    }
+
+    fn verify_unmetered(
+        &self,
+        digest: Option<Digest>,
+        progress: &dyn Fn(u64),
+    ) -> Result<VerifyOutcome> {
         self.sync()?;
         let report = self.store.verify_with_progress(digest, progress)?;
         let mut mismatches = Vec::new();
@@ -89,6 +104,9 @@ impl Engine {
         if stats.cleanup != folded.stats {
             mismatches.push("cleanup statistics differ from the log".to_owned());
         }
+        if let Some(mismatch) = self.blob_refs_mismatch()? {
+            mismatches.push(mismatch);
+        }
         let mut missing_blobs = Vec::new();
         for hash in sandlog_projections::evidence::referenced_blobs(&self.store)? {
             if self.backend().blob_state(&hash)? == sandlog_eventstore::BlobState::Missing {
@@ -114,6 +132,23 @@ impl Engine {
             read_model_mismatches: mismatches,
             missing_blobs,
         })
+    }
+
+    /// Whether the read model's blob references (what `gc` keeps, what
+    /// `erase` and a hold act on) are exactly those the log's events make;
+    /// `Some` says how they differ. One streaming pass over the log and
+    /// one over the table, in bounded memory.
+    pub(crate) fn blob_refs_mismatch(&self) -> Result<Option<String>> {
+        let from_log = sandlog_projections::evidence::log_refs_digest(
+            self.store.read_all_after(sandlog_core::Position::ZERO),
+        )?;
+        let stored = sandlog_projections::evidence::stored_refs_digest(&self.store)?;
+        Ok((from_log != stored).then(|| {
+            format!(
+                "blob references differ from the log: the read model holds {}, the log's events make {}",
+                stored.count, from_log.count
+            )
+        }))
     }
 
     /// Drops and rebuilds the read models from the log.

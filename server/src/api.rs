@@ -24,7 +24,9 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::SessionStatus;
-use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, Runtime, RuntimeError};
+use sandlog_runtime::{
+    Engine, ExecRequest, LimitOverrides, RegisteredModules, Runtime, RuntimeError,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -32,6 +34,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::auth::Token;
 use crate::error::ApiError;
 use crate::executor::{ExecOutcome, Executor};
+use crate::guard::RequestPolicy;
 use crate::limits::{
     BLOCKING_CALLS_MAX, LOG_EVENTS_MAX, LOG_FOLLOW_DURATION_MAX, LOG_FOLLOW_POLL,
     REQUEST_BODY_BYTES_MAX, RESPONSE_DOCUMENT_BYTES_MAX, RESPONSE_FILE_BYTES_MAX,
@@ -51,6 +54,13 @@ pub struct ServeOptions {
     pub token: Option<Token>,
     /// How long shutdown waits for running requests.
     pub shutdown_wait: Duration,
+    /// `Host` names accepted beyond loopback and the listen address
+    /// (`--public-host`; see [`crate::guard`]).
+    pub public_hosts: Vec<String>,
+    /// Origins allowed to call across sites (`--allow-origin`).
+    pub allowed_origins: Vec<String>,
+    /// Guest modules clients may name as a runtime (`--module`).
+    pub modules: RegisteredModules,
 }
 
 impl ServeOptions {
@@ -60,6 +70,9 @@ impl ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], port)),
             token: None,
             shutdown_wait: SHUTDOWN_WAIT_MAX,
+            public_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            modules: RegisteredModules::new(),
         }
     }
 }
@@ -73,6 +86,8 @@ pub struct AppState {
     token: Option<Arc<Token>>,
     /// Becomes true at shutdown: following log streams end.
     stopping: watch::Receiver<bool>,
+    policy: Arc<RequestPolicy>,
+    modules: Arc<RegisteredModules>,
 }
 
 impl AppState {
@@ -83,6 +98,8 @@ impl AppState {
         executor: Arc<dyn Executor>,
         token: Option<Token>,
         stopping: watch::Receiver<bool>,
+        policy: RequestPolicy,
+        modules: RegisteredModules,
     ) -> AppState {
         AppState {
             engine,
@@ -90,7 +107,17 @@ impl AppState {
             slots: Arc::new(Semaphore::new(BLOCKING_CALLS_MAX)),
             token: token.map(Arc::new),
             stopping,
+            policy: Arc::new(policy),
+            modules: Arc::new(modules),
         }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub(crate) fn executor(&self) -> &Arc<dyn Executor> {
+        &self.executor
     }
 }
 
@@ -151,6 +178,33 @@ pub fn routes() -> Vec<Route> {
             None,
             JSON,
             get(health),
+        ),
+        route(
+            Method::GET,
+            "/healthz",
+            "Liveness: the process answers → {\"ok\": true, \"version\"}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::healthz),
+        ),
+        route(
+            Method::GET,
+            "/readyz",
+            "Readiness: the log writable, runtimes present, disk space → 200 or 503 with {\"ready\", \"checks\": [{\"name\", \"ok\", \"detail\", \"fix\"}]}",
+            &[],
+            None,
+            JSON,
+            get(crate::ops::readyz),
+        ),
+        route(
+            Method::GET,
+            "/metrics",
+            "Metrics in the Prometheus (OpenMetrics) text format (docs/operations.md)",
+            &[],
+            None,
+            "application/openmetrics-text",
+            get(crate::ops::metrics),
         ),
         route(
             Method::POST,
@@ -325,10 +379,17 @@ pub fn router(state: AppState) -> Router {
     for route in routes() {
         router = router.route(route.path, route.handler);
     }
+    let policy = state.policy.clone();
     router
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::ops::count_requests,
+        ))
+        .layer(middleware::from_fn_with_state(policy, crate::guard::check))
+        .layer(middleware::from_fn(crate::guard::json_errors))
         .with_state(state)
 }
 
@@ -379,7 +440,19 @@ async fn run(
     tracing::info!(%bound, token = options.token.is_some(), "serving");
     let (stop, stopping) = watch::channel(false);
     let (engine_for_upkeep, executor_for_upkeep) = (engine.clone(), executor.clone());
-    let state = AppState::new(engine, executor, options.token, stopping);
+    let policy = RequestPolicy {
+        listen: Some(bound),
+        public_hosts: lower(options.public_hosts),
+        allowed_origins: lower(options.allowed_origins),
+    };
+    let state = AppState::new(
+        engine,
+        executor,
+        options.token,
+        stopping,
+        policy,
+        options.modules,
+    );
     let app = router(state);
     crate::executor::spawn_upkeep(engine_for_upkeep, executor_for_upkeep);
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -407,7 +480,14 @@ async fn run(
     }
 }
 
-async fn wait_for_signal() {
+fn lower(names: Vec<String>) -> Vec<String> {
+    names
+        .into_iter()
+        .map(|name| name.trim().trim_end_matches('/').to_ascii_lowercase())
+        .collect()
+}
+
+pub(crate) async fn wait_for_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -466,8 +546,11 @@ where
         .await
         .map_err(|_| ApiError::internal("the server is shutting down"))?;
     let engine = state.engine.clone();
+    // The engine's spans (an execution's) belong to the request's.
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        let _entered = span.enter();
         work(&engine)
     })
     .await
@@ -665,8 +748,8 @@ async fn timeline(
 pub struct ExecBody {
     /// The code.
     pub code: String,
-    /// `python` (default), `javascript`, or a path to a `.wasm` the server
-    /// can read.
+    /// `python` (default), `javascript`, or the name of a module the
+    /// operator registered; never a path.
     pub runtime: Option<String>,
     /// Wall-clock limit, milliseconds.
     pub timeout_ms: Option<u64>,
@@ -677,10 +760,11 @@ pub struct ExecBody {
 }
 
 impl ExecBody {
-    /// The engine's request.
-    pub fn request(self) -> ExecRequest {
-        ExecRequest {
-            runtime: Runtime::parse(self.runtime.as_deref().unwrap_or("python")),
+    /// The engine's request; the runtime must be one of `modules` or a
+    /// built-in one.
+    pub fn request(self, modules: &RegisteredModules) -> Result<ExecRequest, RuntimeError> {
+        Ok(ExecRequest {
+            runtime: Runtime::named(self.runtime.as_deref().unwrap_or("python"), modules)?,
             code: self.code.into_bytes(),
             limits: LimitOverrides {
                 fuel: self.fuel,
@@ -688,7 +772,7 @@ impl ExecBody {
                 memory_bytes: self.memory_bytes,
                 ..LimitOverrides::default()
             },
-        }
+        })
     }
 }
 
@@ -698,7 +782,7 @@ async fn exec(
     body: Result<axum::Json<ExecBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
-    let request = json_body(body)?.request();
+    let request = json_body(body)?.request(&state.modules)?;
     let executor = state.executor.clone();
     let outcome = blocking(&state, move |engine| {
         Ok(executor.execute(engine, session_id, &request)?)

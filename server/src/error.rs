@@ -150,9 +150,16 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
+/// The kind of an error answer, left on the response for the metrics
+/// (`sandlog_errors_total{kind}`).
+#[derive(Debug, Clone)]
+pub struct ErrorKind(pub String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        response.extensions_mut().insert(ErrorKind(self.kind));
+        response
     }
 }
 

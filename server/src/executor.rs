@@ -45,6 +45,11 @@ pub trait Executor: Send + Sync {
 
     /// The server is stopping: everything kept is dropped, and recorded.
     fn shutdown(&self, _engine: &Engine) {}
+
+    /// The warm kernels' figures, for `/metrics` (`None`: no kernels).
+    fn kernel_stats(&self) -> Option<sandlog_runtime::KernelStats> {
+        None
+    }
 }
 
 /// Every execution in a fresh interpreter: `warm` is always false, and
@@ -116,6 +121,10 @@ impl Executor for WarmExecutor {
 
     fn shutdown(&self, engine: &Engine) {
         self.pool.shutdown(engine);
+    }
+
+    fn kernel_stats(&self) -> Option<sandlog_runtime::KernelStats> {
+        Some(self.pool.stats())
     }
 }
 

@@ -18,14 +18,21 @@
 //! * [`limits`]: every bound the servers put on requests and responses.
 //! * [`openapi`]: the OpenAPI document served at `/openapi.json`.
 //! * [`mcp`]: the MCP tools.
+//! * `ops`: `/healthz`, `/readyz`, `/metrics` and the request counter.
+//! * [`witness`]: `sandlog witness serve`, a C2SP tlog-witness with its
+//!   durable state (no engine, no root).
 
 pub mod api;
 pub mod auth;
 pub mod error;
 pub mod executor;
+pub mod guard;
 pub mod limits;
 pub mod mcp;
+pub mod mcp_lines;
 pub mod openapi;
+mod ops;
+pub mod witness;
 
 pub use api::{ServeOptions, serve};
 pub use executor::{ColdExecutor, ExecOutcome, Executor, WarmExecutor};

@@ -48,3 +48,12 @@ pub const MCP_TIMELINE_EVENTS_MAX: usize = 1_000;
 /// How often a server drops warm kernels idle past their timeout
 /// (`KERNEL_IDLE_TIMEOUT`): a kernel lives at most this much longer.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How much of a rejected header value, or of a plain-text rejection
+/// turned into a JSON error, an error repeats.
+pub const ERROR_TEXT_BYTES_MAX: usize = 1024;
+
+/// Longest line (one JSON-RPC message) the MCP server reads; a longer one
+/// is answered with an error naming this limit and skipped without being
+/// held. The protocol library's own line bound, so every line it gets fits.
+pub const MCP_LINE_BYTES_MAX: usize = 16 * 1024 * 1024;

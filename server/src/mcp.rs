@@ -19,7 +19,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use sandlog_runtime::core::{SessionId, WorkspacePath};
-use sandlog_runtime::{Engine, RuntimeError};
+use sandlog_runtime::{Engine, RegisteredModules, RuntimeError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -38,22 +38,31 @@ pub struct SandlogMcp {
     engine: Arc<Engine>,
     executor: Arc<dyn Executor>,
     slots: Arc<Semaphore>,
+    modules: Arc<RegisteredModules>,
 }
 
 /// Serves MCP on stdin/stdout until the client closes stdin; calls still
 /// running then get [`SHUTDOWN_WAIT_MAX`] to finish and be recorded.
-pub fn run(engine: Arc<Engine>, executor: Arc<dyn Executor>) -> Result<(), ServeError> {
+/// Clients may name the built-in runtimes and `modules` only.
+pub fn run(
+    engine: Arc<Engine>,
+    executor: Arc<dyn Executor>,
+    modules: RegisteredModules,
+) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sandlog-mcp")
         .build()
         .map_err(ServeError::io("starting the MCP server's runtime"))?;
-    let server = SandlogMcp::new(engine.clone(), executor.clone());
+    let server = SandlogMcp::new(engine.clone(), executor.clone()).with_modules(modules);
     let (engine_for_upkeep, executor_for_upkeep) = (engine.clone(), executor.clone());
     let result = runtime.block_on(async move {
         crate::executor::spawn_upkeep(engine_for_upkeep, executor_for_upkeep);
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(crate::mcp_lines::guard(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            ))
             .await
             .map_err(|error| ServeError::Mcp(error.to_string()))?;
         service
@@ -74,7 +83,15 @@ impl SandlogMcp {
             engine,
             executor,
             slots: Arc::new(Semaphore::new(BLOCKING_CALLS_MAX)),
+            modules: Arc::new(RegisteredModules::new()),
         }
+    }
+
+    /// The same server, offering `modules` as runtimes beside the
+    /// built-in ones.
+    pub fn with_modules(mut self, modules: RegisteredModules) -> SandlogMcp {
+        self.modules = Arc::new(modules);
+        self
     }
 
     async fn blocking<F>(&self, work: F) -> Result<Value, ToolError>
@@ -118,7 +135,7 @@ impl SandlogMcp {
                     fuel: None,
                     memory_bytes: None,
                 }
-                .request();
+                .request(&self.modules)?;
                 self.blocking(move |engine, executor| {
                     let outcome = executor.execute(engine, session_id, &request)?;
                     Ok(exec_document(&outcome))

@@ -6,6 +6,11 @@
 //! one `session.executed` event per acknowledged request, at the position
 //! its response named.
 //!
+//! The same load runs twice: without traces, and with OpenTelemetry traces
+//! sent to a receiver on loopback (`OTEL_EXPORTER_OTLP_ENDPOINT`; the
+//! metrics are always on), and the p50 difference is printed (the goal:
+//! within 3 %; docs/operations.md).
+//!
 //! Run: `make bench` or `cargo build --release -p sandlog-cli && cargo
 //! bench -p sandlog-tests --bench serve`. `SANDLOG_BENCH_SERVE_EXECS` sets
 //! the request count (default 400); `SANDLOG_BENCH_BIN` another binary.
@@ -20,6 +25,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -81,26 +87,51 @@ fn main() -> BenchResult<()> {
         .ok_or(
             "the sandlog binary is not built: run `cargo build --release -p sandlog-cli` first",
         )?;
+    let off = load(&binary, &runtimes, &cache, execs, None)?;
+    let (receiver, received) = otlp_sink()?;
+    let on = load(&binary, &runtimes, &cache, execs, Some(receiver))?;
+    let received = received.load(Ordering::Relaxed);
+    println!(
+        "traces on vs off: p50 {:+.1} % ({on:.1?} vs {off:.1?}; the goal is within 3 %), {received} OTLP requests received",
+        (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0
+    );
+    if received == 0 {
+        return Err("traces were on, but no OTLP request reached the receiver".into());
+    }
+    Ok(())
+}
+
+/// One load test; traces go to `otlp` when given. Returns the p50 latency.
+fn load(
+    binary: &Path,
+    runtimes: &Path,
+    cache: &Path,
+    execs: usize,
+    otlp: Option<SocketAddr>,
+) -> BenchResult<Duration> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
     let sandlog = |args: &[&str]| {
-        let mut command = Command::new(&binary);
+        let mut command = Command::new(binary);
         command
             .arg("--root")
             .arg(&root)
             .args(args)
-            .env("SANDLOG_RUNTIMES_DIR", &runtimes)
-            .env("SANDLOG_CACHE_DIR", &cache)
-            .env_remove("SANDLOG_TOKEN");
+            .env("SANDLOG_RUNTIMES_DIR", runtimes)
+            .env("SANDLOG_CACHE_DIR", cache)
+            .env_remove("SANDLOG_TOKEN")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
         command
     };
     let init = sandlog(&["--json", "init"]).output()?;
     if !init.status.success() {
         return Err(format!("init: {}", String::from_utf8_lossy(&init.stderr)).into());
     }
-    let mut server = sandlog(&["serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()?;
+    let mut serve = sandlog(&["serve", "--listen", "127.0.0.1:0"]);
+    if let Some(receiver) = otlp {
+        serve.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{receiver}"));
+    }
+    let mut server = serve.stdout(Stdio::piped()).spawn()?;
     let mut line = String::new();
     BufReader::new(server.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
     let addr: SocketAddr = line
@@ -197,7 +228,8 @@ fn main() -> BenchResult<()> {
         && serde_json::from_slice::<serde_json::Value>(&verify.stdout)?["ok"] == true;
 
     println!(
-        "serve load test: {execs} × print(1), {CLIENTS} concurrent clients on loopback, one session each"
+        "serve load test, traces {}: {execs} × print(1), {CLIENTS} concurrent clients on loopback, one session each",
+        if otlp.is_some() { "on" } else { "off" }
     );
     println!(
         "  p50 latency        {:>10.1?}",
@@ -240,5 +272,55 @@ fn main() -> BenchResult<()> {
     {
         return Err("the load test lost or duplicated executions".into());
     }
-    Ok(())
+    Ok(percentile(&latencies, 0.50))
+}
+
+/// An OTLP/HTTP receiver on loopback that answers every request with an
+/// empty success and counts them: what a collector costs the server, not
+/// what it does.
+fn otlp_sink() -> BenchResult<(SocketAddr, Arc<AtomicUsize>)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let received = Arc::new(AtomicUsize::new(0));
+    let counter = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let _ = answer(stream, &counter);
+            });
+        }
+    });
+    Ok((addr, received))
+}
+
+/// Reads requests on one connection (headers, then `Content-Length`
+/// bytes of body) and answers each with 200.
+fn answer(stream: TcpStream, counter: &AtomicUsize) -> BenchResult<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse()?;
+            }
+        }
+        std::io::copy(&mut (&mut reader).take(length as u64), &mut std::io::sink())?;
+        counter.fetch_add(1, Ordering::Relaxed);
+        writer.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+        )?;
+    }
 }

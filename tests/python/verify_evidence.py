@@ -2,8 +2,11 @@
 """An independent verifier for sandlog's verifiable log, written from the
 specifications and sharing no code with sandlog: RFC 6962 / RFC 9162 Merkle
 proofs (SHA-256, 0x00 leaf and 0x01 node prefixes), the C2SP signed-note
-format with Ed25519 keys (key id = SHA-256(name || 0x0A || 0x01 || key)[:4])
-and the C2SP tlog-checkpoint body (origin, size, base64 root).
+format with Ed25519 keys (key id = SHA-256(name || 0x0A || 0x01 || key)[:4]),
+the C2SP tlog-checkpoint body (origin, size, base64 root) and C2SP
+tlog-cosignature v1 witness cosignatures (signature type 0x04; the signature
+is key id || 8-byte big-endian time || Ed25519 over
+"cosignature/v1", "time <time>" and the checkpoint body, one line each).
 
 Usage:
   verify_evidence.py bundle BUNDLE.json VKEY
@@ -11,6 +14,9 @@ Usage:
   verify_evidence.py consistency OLD_NOTE NEW_NOTE PROOF.json VKEY
       checks both checkpoints' signatures and the consistency proof
       (the JSON printed by `sandlog prove consistency`) between them
+  verify_evidence.py cosigned NOTE VKEY K WITNESS_VKEY...
+      checks the checkpoint's signature, then that at least K of the
+      witnesses' cosignatures on it verify
 
 Prints one line per check and exits 0 only if every check passed.
 """
@@ -87,15 +93,37 @@ def verify_consistency(first: int, second: int, proof, first_root: bytes, second
     return sn == 0 and fr == first_root and sr == second_root
 
 
-def parse_vkey(text: str):
+def parse_vkey(text: str, signature_type: int = 0x01):
     name, key_id, key = text.strip().split("+", 2)
     raw = base64.b64decode(key, validate=True)
-    if raw[0] != 0x01 or len(raw) != 33:
-        raise ValueError("not an Ed25519 verifier key")
+    if raw[0] != signature_type or len(raw) != 33:
+        raise ValueError(f"not an Ed25519 verifier key of signature type {signature_type}")
     public = raw[1:]
-    if sha256(name.encode() + b"\n\x01" + public)[:4].hex() != key_id:
+    if sha256(name.encode() + b"\n" + bytes([signature_type]) + public)[:4].hex() != key_id:
         raise ValueError("key id does not match the key")
     return name, bytes.fromhex(key_id), Ed25519PublicKey.from_public_bytes(public)
+
+
+def verify_cosignature(note: str, wkey):
+    """Returns the time of a valid cosignature/v1 by wkey on note, or None."""
+    name, key_id, public = wkey
+    body, _, signatures = note.rpartition("\n\n")
+    body += "\n"
+    for line in signatures.splitlines():
+        dash, signer, blob = line.split(" ", 2)
+        if dash != "\u2014" or signer != name:
+            continue
+        blob = base64.b64decode(blob, validate=True)
+        if blob[:4] != key_id or len(blob) != 4 + 8 + 64:
+            continue
+        timestamp = int.from_bytes(blob[4:12], "big")
+        message = f"cosignature/v1\ntime {timestamp}\n".encode() + body.encode()
+        try:
+            public.verify(blob[12:], message)
+            return timestamp
+        except InvalidSignature:
+            continue
+    return None
 
 
 def verify_note(note: str, vkey) -> str:
@@ -159,6 +187,20 @@ def main(argv) -> int:
             f"log of {new_size} events extends the checkpoint of {old_size}",
             failures,
         )
+    elif len(argv) >= 6 and argv[1] == "cosigned":
+        note = open(argv[2]).read()
+        vkey = parse_vkey(argv[3])
+        required = int(argv[4])
+        size, _ = parse_checkpoint(verify_note(note, vkey), vkey[0])
+        check(True, f"checkpoint signed by {vkey[0]}: size {size}", failures)
+        valid = 0
+        for text in argv[5:]:
+            wkey = parse_vkey(text, 0x04)
+            timestamp = verify_cosignature(note, wkey)
+            print(("PASS" if timestamp is not None else "MISS") + f" cosignature by {wkey[0]}"
+                  + (f" at {timestamp}" if timestamp is not None else ""))
+            valid += timestamp is not None
+        check(valid >= required, f"{valid} valid cosignatures, {required} required", failures)
     else:
         print(__doc__)
         return 2

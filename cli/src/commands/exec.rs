@@ -1,10 +1,11 @@
 //! `exec`: run code; the guest's stdout/stderr pass through.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandlog_runtime::core::Outcome;
 use sandlog_runtime::core::event::FileWritten;
 use sandlog_runtime::core::human::{format_duration, format_size, parse_duration, parse_size};
+use sandlog_runtime::engine::CODE_BYTES_MAX;
 use sandlog_runtime::eventstore::BlobState;
 use sandlog_runtime::history::{Content, ExecSelector, ExecutionRecord};
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, Runtime};
@@ -31,20 +32,20 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
     let session_id = super::session_id(engine, id)?;
     let code = match (&args.code, &args.file, args.stdin.as_deref()) {
         (Some(code), _, _) => code.clone().into_bytes(),
-        (None, Some(path), _) => std::fs::read(path).map_err(|source| CliError::Io {
-            context: format!("reading {}", crate::render::host_path(path)),
-            source,
-        })?,
-        (None, None, Some("-")) => {
-            let mut code = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut code)
-                .map_err(|source| CliError::Io {
-                    context: "reading code from stdin".into(),
-                    source,
-                })?;
-            code
-        }
+        // A FIFO or a device is refused unread; any input stops one byte
+        // past the largest code an execution takes.
+        (None, Some(path), _) => sandlog_runtime::input::read_file_bounded(
+            path,
+            "code file",
+            CODE_BYTES_MAX as u64,
+            "CODE_BYTES_MAX",
+        )?,
+        (None, None, Some("-")) => sandlog_runtime::input::read_stream_bounded(
+            std::io::stdin().lock(),
+            "code on stdin",
+            CODE_BYTES_MAX as u64,
+            "CODE_BYTES_MAX",
+        )?,
         (None, None, Some(other)) => {
             return Err(CliError::Usage {
                 kind: "usage",
@@ -76,6 +77,12 @@ fn exec(engine: &Engine, args: ExecArgs, output: &Output) -> Result<u8, CliError
             .evidence
             .as_deref()
             .map(parse_size)
+            .transpose()
+            .map_err(usage)?,
+        wait: args
+            .wait
+            .as_deref()
+            .map(parse_duration)
             .transpose()
             .map_err(usage)?,
         ..LimitOverrides::default()

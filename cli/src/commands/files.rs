@@ -110,15 +110,13 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
             let session_id = super::session_id(engine, &id)?;
             let path = super::workspace_path(&path)?;
             // Streamed: the engine copies the input in bounded chunks and
-            // stops at the workspace quota, so `--from /dev/zero` fails
-            // fast with bounded memory. A FIFO with no writer blocks the
-            // open or the read: the caller chose it.
+            // stops at the workspace quota. `--from` must name a regular
+            // file: a FIFO or a device (`/dev/zero`) is refused unread;
+            // stdin (`-`) is the caller's stream, bounded by the quota.
             let file = match (from, stdin.as_deref()) {
                 (Some(file), _) => {
-                    let mut reader = std::fs::File::open(&file).map_err(|source| CliError::Io {
-                        context: format!("reading {}", crate::render::host_path(&file)),
-                        source,
-                    })?;
+                    let (mut reader, _) =
+                        sandlog_runtime::input::open_regular(&file, "input file")?;
                     engine.write_file_from(session_id, &path, &mut reader, overwrite)?
                 }
                 (None, Some("-")) => {

@@ -91,9 +91,9 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         }
     }
     if !args.follow {
-        if output.json {
+        if output.json || output.ocsf {
             for envelope in &envelopes {
-                if !log_json_line(output, envelope)? {
+                if !log_json_line(output, engine.node(), envelope)? {
                     return Ok(0);
                 }
             }
@@ -114,7 +114,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     // Following: every event on its own line as it comes, so no column
     // waits for the widest cell.
     for envelope in &envelopes {
-        if !follow_line(output, envelope)? {
+        if !follow_line(output, engine.node(), envelope)? {
             return Ok(0);
         }
     }
@@ -125,7 +125,7 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
         )),
     };
     let subscription = engine.subscribe(SubscribeFrom::After(after), filter)?;
-    follow(subscription, output)
+    follow(subscription, output, engine.node())
 }
 
 /// Refuses a `--kind` that names no kind this version knows (a typo would
@@ -174,14 +174,14 @@ fn log_consumer(
 ) -> Result<u8, CliError> {
     let mut subscription = engine.subscribe(SubscribeFrom::Checkpoint(name), filter)?;
     if follow_on {
-        return follow(subscription, output);
+        return follow(subscription, output, engine.node());
     }
     let store_error = sandlog_runtime::RuntimeError::from;
     while let Some(envelope) = subscription
         .next_event(std::time::Duration::ZERO)
         .map_err(store_error)?
     {
-        if !follow_line(output, &envelope)? {
+        if !follow_line(output, engine.node(), &envelope)? {
             // The reader went before this event was printed: it is not
             // stored as processed.
             return Ok(0);
@@ -198,6 +198,7 @@ fn log_consumer(
 fn follow(
     mut subscription: sandlog_runtime::eventstore::Subscription<'_>,
     output: &Output,
+    node: &str,
 ) -> Result<u8, CliError> {
     loop {
         if stdout_reader_gone() {
@@ -207,7 +208,7 @@ fn follow(
             .next_event(FOLLOW_WAIT)
             .map_err(sandlog_runtime::RuntimeError::from)?;
         if let Some(envelope) = next
-            && !follow_line(output, &envelope)?
+            && !follow_line(output, node, &envelope)?
         {
             return Ok(0);
         }
@@ -230,12 +231,19 @@ fn stdout_reader_gone() -> bool {
     ready > 0 && (stdout.revents & (libc::POLLERR | libc::POLLHUP)) != 0
 }
 
-/// One envelope as a JSON line; false once stdout's reader has gone.
+/// One envelope as a JSON line (with `--format ocsf`, its OCSF record,
+/// the host named by `node`); false once stdout's reader has gone.
 fn log_json_line(
     output: &Output,
+    node: &str,
     envelope: &sandlog_runtime::core::Envelope,
 ) -> Result<bool, CliError> {
-    let line = serde_json::to_string(envelope).map_err(|error| CliError::Io {
+    let encoded = if output.ocsf {
+        serde_json::to_string(&sandlog_runtime::ocsf::record(envelope, node))
+    } else {
+        serde_json::to_string(envelope)
+    };
+    let line = encoded.map_err(|error| CliError::Io {
         context: "encoding JSON".into(),
         source: std::io::Error::other(error),
     })?;
@@ -246,10 +254,11 @@ fn log_json_line(
 /// table's columns at fixed widths.
 fn follow_line(
     output: &Output,
+    node: &str,
     envelope: &sandlog_runtime::core::Envelope,
 ) -> Result<bool, CliError> {
-    if output.json {
-        return log_json_line(output, envelope);
+    if output.json || output.ocsf {
+        return log_json_line(output, node, envelope);
     }
     let row = log_row(output, envelope);
     let line = if output.tsv {
@@ -381,12 +390,19 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
 
 pub fn verify(engine: &Engine, args: VerifyArgs, output: &Output) -> Result<u8, CliError> {
     if let (Some(checkpoint), Some(vkey)) = (&args.checkpoint, &args.vkey) {
+        let witnesses = super::witness::policy(&args.witness_vkey, args.witnesses)?;
         // The chain and read models first, quietly; then the checkpoint.
         let outcome = engine.verify(None, &|_| {})?;
         if !outcome.ok {
             return Err(CliError::Integrity(not_ok_message(&outcome)));
         }
-        return super::proofs::verify_checkpoint(engine, checkpoint, vkey, output);
+        return super::proofs::verify_checkpoint(
+            engine,
+            checkpoint,
+            vkey,
+            witnesses.as_ref(),
+            output,
+        );
     }
     let digest = args
         .digest

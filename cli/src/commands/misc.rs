@@ -354,3 +354,60 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     output.line(&table.to_string())?;
     Ok(0)
 }
+
+/// `doctor`: the root's readiness checks (the engine's, as `GET /readyz`
+/// runs them), each with its fix; a root that does not open is a failed
+/// check, not an error.
+pub fn doctor(
+    root: &Path,
+    args: &crate::args::DoctorArgs,
+    output: &Output,
+) -> Result<u8, CliError> {
+    use sandlog_runtime::health::{self, HealthOptions};
+    let disk_free_min =
+        sandlog_runtime::core::human::parse_size(&args.min_free).map_err(|error| {
+            CliError::Usage {
+                kind: "bad_size",
+                message: format!("--min-free {:?}: {error}", args.min_free),
+            }
+        })?;
+    let checks = match super::open(root, output) {
+        Ok(engine) => {
+            engine.set_health_options(HealthOptions { disk_free_min });
+            engine.health()
+        }
+        Err(CliError::Runtime(error)) => vec![health::open_failed(root, &error)],
+        Err(CliError::Reworded { source, .. }) => vec![health::open_failed(root, &source)],
+        Err(error) => return Err(error),
+    };
+    let ok = health::all_ok(&checks);
+    if output.json {
+        output.json(&json!({ "ok": ok, "checks": checks }))?;
+    } else {
+        let width = checks
+            .iter()
+            .map(|check| check.name.len())
+            .max()
+            .unwrap_or(0);
+        for check in &checks {
+            let mark = if check.ok {
+                output.good("ok  ")
+            } else {
+                output.bad("FAIL")
+            };
+            output.line(&format!(
+                "{mark}  {:<width$}  {}",
+                check.name,
+                crate::render::escaped(&check.detail)
+            ))?;
+            if let Some(fix) = &check.fix {
+                output.line(&format!(
+                    "      {:<width$}  fix: {}",
+                    "",
+                    crate::render::escaped(fix)
+                ))?;
+            }
+        }
+    }
+    Ok(if ok { 0 } else { crate::exit::EXIT_FAILURE })
+}

@@ -15,13 +15,14 @@ mod retention;
 mod runtimes;
 pub mod serve;
 mod session;
+pub mod witness;
 
 use std::path::Path;
 
 use sandlog_runtime::core::{SessionId, WorkspacePath};
 use sandlog_runtime::{Engine, EngineOptions};
 
-use crate::args::{Cli, Command, EvidenceCommand};
+use crate::args::{Cli, Command, EvidenceCommand, TableFormat};
 use crate::exit::CliError;
 use crate::output::Output;
 
@@ -29,6 +30,14 @@ use crate::output::Output;
 /// a guest failure).
 pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
     let root = cli.root.clone();
+    if cli.format == TableFormat::Ocsf && !matches!(cli.command, Command::Log(_)) {
+        return Err(CliError::Usage {
+            kind: "bad_format",
+            message: "--format ocsf is for `sandlog log` only (events as OCSF records); \
+                      use --format table or tsv here"
+                .into(),
+        });
+    }
     match cli.command {
         Command::Init(args) => misc::init(&root, args.reset_log, output),
         Command::Completions(args) => misc::completions(args.shell),
@@ -38,9 +47,11 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
+        Command::Doctor(args) => misc::doctor(&root, &args, output),
         Command::Demo => demo::demo(&root, output),
         Command::Runtimes(command) => runtimes::run(&root, command, output),
         Command::Keygen(args) => proofs::keygen(args, output),
+        Command::Witness(command) => witness::run(command),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
             proofs::evidence(None, command, output)
         }
@@ -73,14 +84,16 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 Command::Tree(command) => proofs::tree(&engine, command, output),
                 Command::Report(args) => report::report(&engine, args, output),
                 Command::Serve(args) => serve::serve(engine, args),
-                Command::Mcp => serve::mcp(engine),
+                Command::Mcp(args) => serve::mcp(engine, args),
                 Command::Init(_)
                 | Command::Completions(_)
                 | Command::Man
                 | Command::HelpMarkdown
                 | Command::Adopt(_)
+                | Command::Doctor(_)
                 | Command::Keygen(_)
                 | Command::Runtimes(_)
+                | Command::Witness(_)
                 | Command::Demo => Ok(0),
             }
         }

@@ -49,6 +49,12 @@ pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliErr
         // is then recorded; this process exits right after.
         forward_signals: true,
         inherit_stdin: true,
+        wait: args
+            .wait
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(usage)?,
     };
     let run = engine.run_native(session_id, &args.command, &options)?;
     if output.json {

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::Position;
+use sandlog_runtime::core::cosignature::WitnessPolicy;
 use sandlog_runtime::proofs::{
-    generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
+    generate_key_file, read_signer_key, read_verifier_key, verify_bundle_witnessed,
 };
+use sandlog_runtime::witness::generate_witness_key_file;
 use serde_json::json;
 
 use crate::args::{CheckpointArgs, EvidenceCommand, KeygenArgs, ProveCommand, TreeCommand};
@@ -47,13 +49,25 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 
 /// `keygen --name ORIGIN -o KEYFILE`: needs no root.
 pub fn keygen(args: KeygenArgs, output: &Output) -> Result<u8, CliError> {
-    let key = generate_key_file(&args.name, &args.output)?;
-    let vkey = key.verifier().to_string();
+    let vkey = if args.witness {
+        generate_witness_key_file(&args.name, &args.output)?
+            .verifier()
+            .to_string()
+    } else {
+        generate_key_file(&args.name, &args.output)?
+            .verifier()
+            .to_string()
+    };
     if output.json {
         output.json(&json!({"vkey": vkey, "key_file": args.output}))?;
     } else {
+        let audience = if args.witness {
+            "give it to the logs that use this witness (--witness URL=VKEY) and to auditors (--witness-vkey)"
+        } else {
+            "give it to auditors"
+        };
         output.line(&format!(
-            "wrote the signing key to {} (keep it secret; mode 0600)\nverifier key, give it to auditors:\n{vkey}",
+            "wrote the signing key to {} (keep it secret; mode 0600)\nverifier key, {audience}:\n{vkey}",
             args.output.display()
         ))?;
     }
@@ -64,6 +78,15 @@ pub fn keygen(args: KeygenArgs, output: &Output) -> Result<u8, CliError> {
 /// newest stored checkpoint.
 pub fn checkpoint(engine: &Engine, args: CheckpointArgs, output: &Output) -> Result<u8, CliError> {
     let Some(key) = signer(args.key.as_deref())? else {
+        if !args.witness.is_empty() {
+            return Err(CliError::Usage {
+                kind: "witness_needs_key",
+                message: format!(
+                    "--witness cosigns a new checkpoint, which needs the log's signing key: pass \
+                     --key KEYFILE or set ${KEY_ENV}"
+                ),
+            });
+        }
         let note = engine
             .latest_checkpoint()?
             .ok_or(sandlog_runtime::RuntimeError::NoCheckpoint)?;
@@ -74,6 +97,27 @@ pub fn checkpoint(engine: &Engine, args: CheckpointArgs, output: &Output) -> Res
         }
         return Ok(0);
     };
+    if !args.witness.is_empty() {
+        let (signed, witnesses) =
+            super::witness::cosigned_checkpoint(engine, &key, &args.witness, args.witnesses)?;
+        if output.json {
+            output.json(&json!({
+                "size": signed.size,
+                "root": signed.root,
+                "note": signed.note,
+                "witnesses": witnesses,
+            }))?;
+        } else {
+            output.line(signed.note.trim_end())?;
+        }
+        return Ok(0);
+    }
+    if args.witnesses.is_some() {
+        return Err(CliError::Usage {
+            kind: "witnesses",
+            message: "--witnesses K needs the witnesses: pass each with --witness URL=VKEY".into(),
+        });
+    }
     let signed = engine.sign_checkpoint(&key)?;
     if output.json {
         output.json(&signed)?;
@@ -102,33 +146,49 @@ pub fn prove(engine: &Engine, command: ProveCommand, output: &Output) -> Result<
     Ok(0)
 }
 
-/// `verify --checkpoint FILE --vkey VKEY`.
+/// `verify --checkpoint FILE --vkey VKEY [--witness-vkey VKEY... --witnesses K]`.
 pub fn verify_checkpoint(
     engine: &Engine,
     checkpoint: &Path,
     vkey: &str,
+    witnesses: Option<&WitnessPolicy>,
     output: &Output,
 ) -> Result<u8, CliError> {
-    let note = std::fs::read_to_string(checkpoint).map_err(|source| CliError::Io {
-        context: format!("reading checkpoint {}", checkpoint.display()),
-        source,
-    })?;
+    let note = sandlog_runtime::input::read_text_bounded(
+        checkpoint,
+        "checkpoint",
+        sandlog_runtime::proofs::KEY_FILE_BYTES_MAX,
+        "KEY_FILE_BYTES_MAX",
+    )?;
     let key = read_verifier_key(vkey)?;
+    let quorum = witnesses
+        .map(|policy| sandlog_runtime::witness::check_witnesses(&note, &key, policy))
+        .transpose()?;
     let check = engine.verify_checkpoint(&note, &key)?;
     if output.json {
-        output.json(&json!({
+        let mut value = json!({
             "ok": true,
             "checkpoint_size": check.checkpoint_size,
             "events": check.log_size,
             "root": check.log_root,
-        }))?;
+        });
+        if let (Some(quorum), Some(object)) = (&quorum, value.as_object_mut()) {
+            object.insert("witnesses".into(), json!(quorum));
+        }
+        output.json(&value)?;
     } else {
         output.line(&format!(
-            "{}: the log ({} events) extends the checkpoint of {} events signed by {}",
+            "{}: the log ({} events) extends the checkpoint of {} events signed by {}{}",
             output.good("ok"),
             check.log_size,
             check.checkpoint_size,
-            key.name()
+            key.name(),
+            quorum.map_or(String::new(), |quorum| format!(
+                " and cosigned by {} of the {} witnesses named ({} required)",
+                quorum.valid,
+                quorum.witnesses.len(),
+                quorum.required
+            ))
         ))?;
     }
     Ok(0)
@@ -175,35 +235,48 @@ pub fn evidence(
             }
             Ok(0)
         }
-        EvidenceCommand::Verify { file, vkey } => {
+        EvidenceCommand::Verify {
+            file,
+            vkey,
+            witness_vkey,
+            witnesses,
+        } => {
+            let witnesses = super::witness::policy(&witness_vkey, witnesses)?;
             let limit = sandlog_runtime::core::bundle::BUNDLE_BYTES_MAX;
-            let metadata = std::fs::metadata(&file).map_err(|source| CliError::Io {
-                context: format!("reading bundle {}", file.display()),
-                source,
-            })?;
+            let (opened, metadata) = sandlog_runtime::input::open_regular(&file, "bundle")?;
             if metadata.len() > limit {
                 return Err(CliError::Integrity(format!(
                     "{} is larger than the {limit}-byte limit of a bundle: not a sandlog bundle",
                     file.display()
                 )));
             }
-            let bytes = std::fs::read(&file).map_err(|source| CliError::Io {
-                context: format!("reading bundle {}", file.display()),
-                source,
-            })?;
+            let bytes = sandlog_runtime::input::read_opened_bounded(
+                opened,
+                &metadata,
+                &file,
+                "bundle",
+                limit,
+                "BUNDLE_BYTES_MAX",
+            )?;
             let key = read_verifier_key(&vkey)?;
-            let report = verify_bundle(&bytes, &key)?;
+            let report = verify_bundle_witnessed(&bytes, &key, witnesses.as_ref())?;
             if output.json {
                 output.json(&report)?;
             } else {
                 let state = report.state.as_ref();
                 output.line(&format!(
-                    "{}: session {}: {} events proven against checkpoint {} of {}, {} blobs checked{}; status {}, {} executions, {} files",
+                    "{}: session {}: {} events proven against checkpoint {} of {}{}, {} blobs checked{}; status {}, {} executions, {} files",
                     output.good("ok"),
                     report.session_id,
                     report.events,
                     report.checkpoint_size,
                     report.origin,
+                    report.witnesses.as_ref().map_or(String::new(), |quorum| format!(
+                        " (cosigned by {} of the {} witnesses named, {} required)",
+                        quorum.valid,
+                        quorum.witnesses.len(),
+                        quorum.required
+                    )),
                     report.blobs,
                     if report.missing_blobs.is_empty() {
                         String::new()

@@ -19,6 +19,60 @@ pub struct ServeArgs {
     /// $SANDLOG_TOKEN). 16 to 4096 printable characters.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Free space the root's filesystem must have for `GET /readyz` to
+    /// answer ready (`256MiB`, `10GB`).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub min_free: String,
+    /// A name clients reach the server by beyond loopback (`Host`
+    /// header), `NAME` on any port or `NAME:PORT` (repeatable). Requests
+    /// naming any other host are refused (403): a web page could
+    /// otherwise reach the server through DNS rebinding.
+    #[arg(long = "public-host", value_name = "NAME")]
+    pub public_hosts: Vec<String>,
+    /// A web origin (`https://app.example.com`) whose pages may call the
+    /// server (CORS; repeatable). Requests from any other origin are
+    /// refused (403).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// A guest module clients may run by NAME as `runtime` (repeatable).
+    /// Clients name `python`, `javascript` or these, never a path.
+    #[arg(long = "module", value_name = "NAME=PATH.wasm", value_parser = parse_module)]
+    pub modules: Vec<(String, PathBuf)>,
+}
+
+/// `mcp` arguments.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// A guest module clients may run by NAME as `runtime` (repeatable).
+    /// Clients name `python`, `javascript` or these, never a path.
+    #[arg(long = "module", value_name = "NAME=PATH.wasm", value_parser = parse_module)]
+    pub modules: Vec<(String, PathBuf)>,
+}
+
+/// Longest module name `--module` takes.
+const MODULE_NAME_BYTES_MAX: usize = 64;
+
+fn parse_module(text: &str) -> Result<(String, PathBuf), String> {
+    let Some((name, path)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not NAME=PATH.wasm"));
+    };
+    let valid = !name.is_empty()
+        && name.len() <= MODULE_NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
+    if !valid {
+        return Err(format!(
+            "module name {name:?}: 1 to {MODULE_NAME_BYTES_MAX} letters, digits, `-`, `_` or `.`"
+        ));
+    }
+    if matches!(name, "python" | "py" | "javascript" | "js") {
+        return Err(format!("module name {name:?} is a built-in runtime's"));
+    }
+    if path.is_empty() {
+        return Err(format!("module {name:?}: give the path of its .wasm file"));
+    }
+    Ok((name.to_owned(), PathBuf::from(path)))
 }
 
 #[cfg(feature = "server")]
@@ -30,7 +84,7 @@ mod built {
     use sandlog_server::limits::SHUTDOWN_WAIT_MAX;
     use sandlog_server::{ServeError, ServeOptions, WarmExecutor};
 
-    use super::ServeArgs;
+    use super::{McpArgs, ServeArgs};
     use crate::exit::CliError;
 
     fn failed(error: ServeError) -> CliError {
@@ -53,10 +107,21 @@ mod built {
 
     pub fn serve(engine: Engine, args: ServeArgs) -> Result<u8, CliError> {
         let token = Token::load(args.token_file.as_deref()).map_err(failed)?;
+        let disk_free_min =
+            sandlog_runtime::core::human::parse_size(&args.min_free).map_err(|error| {
+                CliError::Usage {
+                    kind: "bad_size",
+                    message: format!("--min-free {:?}: {error}", args.min_free),
+                }
+            })?;
+        engine.set_health_options(sandlog_runtime::health::HealthOptions { disk_free_min });
         let options = ServeOptions {
             listen: args.listen,
             token,
             shutdown_wait: SHUTDOWN_WAIT_MAX,
+            public_hosts: args.public_hosts,
+            allowed_origins: args.allowed_origins,
+            modules: args.modules.into_iter().collect(),
         };
         // Python runs in a warm kernel per session (docs/kernels.md).
         let executor = Arc::new(WarmExecutor::new(KernelLimits::default()));
@@ -64,9 +129,14 @@ mod built {
         Ok(0)
     }
 
-    pub fn mcp(engine: Engine) -> Result<u8, CliError> {
+    pub fn mcp(engine: Engine, args: McpArgs) -> Result<u8, CliError> {
         let executor = Arc::new(WarmExecutor::new(KernelLimits::default()));
-        sandlog_server::mcp::run(Arc::new(engine), executor).map_err(failed)?;
+        sandlog_server::mcp::run(
+            Arc::new(engine),
+            executor,
+            args.modules.into_iter().collect(),
+        )
+        .map_err(failed)?;
         Ok(0)
     }
 }
@@ -96,7 +166,7 @@ pub fn serve(_engine: Engine, _args: ServeArgs) -> Result<u8, CliError> {
 }
 
 #[cfg(not(feature = "server"))]
-pub fn mcp(_engine: Engine) -> Result<u8, CliError> {
+pub fn mcp(_engine: Engine, _args: McpArgs) -> Result<u8, CliError> {
     Err(not_built("mcp"))
 }
 

@@ -359,13 +359,12 @@ fn context_file(text: &str) -> Result<ContextFile, CliError> {
     };
     let path = sandlog_runtime::core::WorkspacePath::parse(&dest).map_err(crate::exit::usage)?;
     let max = sandlog_runtime::sessions::CONTEXT_BYTES_MAX;
+    // A FIFO or a device is refused unread; past the limit the engine
+    // refuses it by size, naming the limit.
+    let (opened, _) = sandlog_runtime::input::open_regular(file, "context file")?;
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::open(file).map_err(io)?, max + 1),
-        &mut bytes,
-    )
-    .map_err(io)?;
-    // Past the limit the engine refuses it by size, naming the limit.
+    std::io::Read::read_to_end(&mut std::io::Read::take(opened, max + 1), &mut bytes)
+        .map_err(io)?;
     Ok(ContextFile { path, bytes })
 }
 

@@ -21,6 +21,16 @@ impl SqliteError {
         )
     }
 
+    /// Whether SQLite said the file is damaged ("database disk image is
+    /// malformed") or is not a database at all: stored data that cannot
+    /// be read, an integrity failure rather than an I/O one.
+    pub fn is_corrupt(&self) -> bool {
+        matches!(
+            self.0.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+        )
+    }
+
     /// Whether SQLite said "database is locked" or "busy": the busy
     /// timeout ran out while another connection held a lock.
     pub fn is_busy(&self) -> bool {

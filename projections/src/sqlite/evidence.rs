@@ -123,3 +123,35 @@ pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
         Ok(hashes)
     })
 }
+
+/// The digest of every row of `rm_blob_refs`, in the order
+/// [`crate::evidence::log_refs_digest`] feeds the log's references, read
+/// in one snapshot without holding the rows. A row that cannot be read
+/// is a corrupt read model.
+pub fn stored_refs_digest(store: &EventStore) -> Result<crate::evidence::RefsDigest> {
+    store.with_reader(|connection| {
+        let mut statement = connection.prepare(
+            "SELECT position, session_id, role, hash, path FROM rm_blob_refs \
+             ORDER BY position, role, hash, path",
+        )?;
+        let mut rows = statement.query([])?;
+        let mut digester = crate::evidence::RefsDigester::default();
+        while let Some(row) = rows.next()? {
+            let position = u64::try_from(row.get::<_, i64>(0)?).map_err(|_| {
+                ProjectionError::Corrupt("a blob reference has a negative position".into())
+            })?;
+            let session_id = session_id_column(row, 1)?;
+            let role: String = row.get(2)?;
+            let hash: Vec<u8> = row.get(3)?;
+            let path: Option<String> = row.get(4)?;
+            digester.add(
+                Position(position),
+                session_id,
+                &role,
+                &hash_column(&hash)?,
+                path.as_deref(),
+            );
+        }
+        Ok(digester.finish())
+    })
+}

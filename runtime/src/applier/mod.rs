@@ -83,6 +83,11 @@ pub struct ReconcileReport {
     pub failed_intents: Vec<crate::lifecycle::FailedIntent>,
 }
 
+/// The hash `reconcile --deep` gives a file it did not read because of
+/// its bounds (see [`Engine::deep_hashes`]): all zeros, which no content
+/// hashes to, so the file is reported changed (`actual` all zeros).
+pub const NOT_HASHED: Hash = Hash([0; 32]);
+
 impl Engine {
     /// Observes the disk.
     fn observe(
@@ -130,15 +135,50 @@ impl Engine {
             }
             if options.deep && known {
                 let workspace = Workspace::open(&entry.path())?;
-                let mut files = BTreeMap::new();
-                for path in workspace.scan()?.into_keys() {
-                    let hash = workspace.hash(&path)?;
-                    files.insert(path, hash);
-                }
-                observed.files.insert(session_id, files);
+                observed
+                    .files
+                    .insert(session_id, self.deep_hashes(&workspace)?);
             }
         }
         Ok(observed)
+    }
+
+    /// The files of a live workspace and their hashes, for `--deep`,
+    /// within the bounds an execution's scan has: the scan's entry and
+    /// depth limits, a hash budget of the engine's workspace quota and a
+    /// deadline of the engine's timeout (at least `SCAN_TIME_MIN`). A
+    /// file left unread by the bounds (a huge or sparse file, one past the
+    /// budget or the deadline) is given [`NOT_HASHED`], so it shows as
+    /// changed without being read: what a guest leaves behind cannot make
+    /// a reconcile run for ever.
+    fn deep_hashes(
+        &self,
+        workspace: &Workspace,
+    ) -> Result<BTreeMap<sandlog_core::WorkspacePath, Hash>> {
+        let limits = &self.options.limits;
+        let deadline = Instant::now() + limits.timeout.max(crate::sandbox::limits::SCAN_TIME_MIN);
+        let scan = workspace.scan_bounded(&crate::workspace::ScanLimits {
+            entries_max: limits.scan_entries_max,
+            deadline: Some(deadline),
+            ..crate::workspace::ScanLimits::default()
+        })?;
+        let mut budget = limits.workspace_bytes_max;
+        let mut files = BTreeMap::new();
+        for (path, scanned) in scan.files {
+            let hash = if scanned.size <= budget && Instant::now() < deadline {
+                match workspace.hash_bounded(&path, budget)? {
+                    Some((hash, read)) => {
+                        budget = budget.saturating_sub(read);
+                        hash
+                    }
+                    None => NOT_HASHED,
+                }
+            } else {
+                NOT_HASHED
+            };
+            files.insert(path, hash);
+        }
+        Ok(files)
     }
 
     /// This node's sessions as the log projects them, and the ids of other

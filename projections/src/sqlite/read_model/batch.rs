@@ -73,9 +73,9 @@ struct BlobRef {
     pub(super) path: Option<WorkspacePath>,
 }
 
-/// The blobs an event names whose bytes it says were stored.
+/// The blobs an event names whose bytes it says were stored, as rows.
 fn blob_refs(event: &Event, session_id: SessionId, position: Position, refs: &mut Vec<BlobRef>) {
-    let mut push = |hash, role, path| {
+    for (role, hash, path) in crate::evidence::named_blobs(event) {
         refs.push(BlobRef {
             hash,
             session_id,
@@ -83,22 +83,6 @@ fn blob_refs(event: &Event, session_id: SessionId, position: Position, refs: &mu
             role,
             path,
         });
-    };
-    match event {
-        Event::SessionExecuted(executed) => {
-            push(executed.code_blake3, "code", None);
-            if executed
-                .evidence
-                .is_some_and(|evidence| evidence.output_kept)
-            {
-                push(executed.stdout_blake3, "stdout", None);
-                push(executed.stderr_blake3, "stderr", None);
-            }
-        }
-        Event::FileWritten(written) if written.content_stored() => {
-            push(written.blake3, "file", Some(written.path.clone()));
-        }
-        _ => {}
     }
 }
 
