@@ -1,8 +1,11 @@
 # sandlog's two entry points. Both install what they need (the pinned guest
-# runtimes, verified by sha256) before building.
+# runtimes, verified by sha256; for the tests, what they need from the OS)
+# before building or running.
 #
 #   make demo   build and run the quick-start walk-through on ./sandlog-data
-#   make test   the full test suite (what CI runs), the Python package's too
+#   make test   the full test suite (what CI runs), the Python package's too;
+#               first installs what the tests need from the OS when absent
+#               (scripts/install-test-deps.sh)
 #   make python-test   build the Python package into target/venv, run its tests
 #   make mcp-test   drive `sandlog mcp` with the official MCP Python client,
 #                   and check `serve`'s /metrics and `log --format ocsf`
@@ -37,7 +40,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test runtimes lint bench python-build python-test python-bench mcp-test compat-test
+.PHONY: demo test test-deps runtimes lint bench python-build python-test python-bench mcp-test compat-test
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -45,12 +48,21 @@ runtimes:
 # The walk-through needs neither the servers nor PostgreSQL, a third of
 # the build: a new user's first command builds without them. CI, which
 # has built everything for the tests already, passes DEMO_FLAGS= to
-# reuse that build.
+# reuse that build. The runtimes go where a user's would, the per-user
+# directory (`sandlog runtimes install`), not the tests' .runtimes/, so
+# everything after the demo works in a new shell without variables.
 DEMO_FLAGS ?= --no-default-features
-demo: runtimes
-	cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
+demo:
+	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- runtimes install
+	env -u SANDLOG_RUNTIMES_DIR cargo run --quiet -p sandlog-cli $(DEMO_FLAGS) -- --root ./sandlog-data demo
 
-test: runtimes python-test mcp-test compat-test
+# What the tests need from the OS (chromium, tmux, PostgreSQL, python3-venv,
+# python3-pip), installed when absent, before anything is built: test-deps
+# comes first.
+test-deps:
+	@scripts/install-test-deps.sh
+
+test: test-deps runtimes python-test mcp-test compat-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
 
 $(VENV)/bin/python:

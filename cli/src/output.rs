@@ -41,12 +41,37 @@ pub struct Output {
     pub wide: bool,
     /// `--format tsv`: tables as tab-separated values.
     pub tsv: bool,
+    /// The width human tables fit (cutting a long column with `…`): the
+    /// terminal's when stdout is one, else `$COLUMNS` when set; `None`
+    /// (never cut) with `--wide`, `--format tsv` or `--json`.
+    pub width: Option<usize>,
     /// `--format ocsf`: `log` prints OCSF records.
     pub ocsf: bool,
     /// Notes for a person on stderr, such as why the first execution takes
     /// seconds (a terminal, not `--quiet`; `--json` keeps them: they never
     /// touch stdout).
     pub notices: bool,
+}
+
+/// The width of stdout's terminal, else `$COLUMNS`; `None` if neither
+/// gives a width.
+fn output_width() -> Option<usize> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // TIOCGWINSZ fills `size`, which we own, or fails (not a terminal).
+    #[expect(unsafe_code, reason = "TIOCGWINSZ writes into a winsize we own")]
+    let status = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
+    if status == 0 && size.ws_col > 0 {
+        return Some(usize::from(size.ws_col));
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|columns| columns.trim().parse::<usize>().ok())
+        .filter(|columns| *columns > 0)
 }
 
 fn no_color() -> bool {
@@ -68,6 +93,9 @@ impl Output {
             store: cli.store.clone().filter(|store| !store.is_empty()),
             node: cli.node.clone(),
             tsv: cli.format == TableFormat::Tsv,
+            width: (!cli.wide && !cli.json && cli.format == TableFormat::Table)
+                .then(output_width)
+                .flatten(),
             ocsf: cli.format == TableFormat::Ocsf,
             progress: !cli.quiet && !cli.json && std::io::stderr().is_terminal(),
             notices: !cli.quiet && std::io::stderr().is_terminal(),

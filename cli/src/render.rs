@@ -21,9 +21,28 @@ pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
     tsv: bool,
+    /// The column cut to make the table fit, and the width to fit
+    /// ([`Table::fit`]).
+    fit: Option<(usize, usize)>,
 }
 
+/// What a table shows for a missing value; `--format tsv` prints an empty
+/// field instead.
+pub const MISSING: &str = "—";
+
+/// The narrowest a column cut to fit the terminal becomes.
+const FIT_COLUMN_MIN: usize = 16;
+
 impl Table {
+    /// Cuts the cells of `column` with `…` so that each line fits the
+    /// output's width (a terminal's, without `--wide`; see
+    /// [`Output::width`]); the column keeps at least [`FIT_COLUMN_MIN`]
+    /// characters.
+    pub fn fit(&mut self, output: &Output, column: usize) -> &mut Table {
+        self.fit = output.width.map(|width| (column, width));
+        self
+    }
+
     /// Adds a row (missing cells are empty).
     pub fn add_row(&mut self, row: Vec<String>) -> &mut Table {
         self.rows.push(row);
@@ -54,9 +73,24 @@ impl std::fmt::Display for Table {
                     *width = (*width).max(visible_width(cell));
                 }
             }
+            let cut = self.fit.and_then(|(column, limit)| {
+                let total = widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
+                let excess = total.checked_sub(limit).filter(|excess| *excess > 0)?;
+                let width = widths.get_mut(column)?;
+                let fitted = width.saturating_sub(excess).max(FIT_COLUMN_MIN);
+                (fitted < *width).then(|| {
+                    *width = fitted;
+                    (column, fitted)
+                })
+            });
             for line in &lines {
                 let mut row = String::new();
                 for (index, cell) in line.iter().enumerate() {
+                    let cell = match cut {
+                        Some((column, width)) if column == index => cut_to(cell, width),
+                        _ => std::borrow::Cow::Borrowed(cell.as_str()),
+                    };
+                    let cell = cell.as_ref();
                     row.push_str(cell);
                     if index + 1 < line.len() {
                         let width = widths.get(index).copied().unwrap_or(0);
@@ -72,10 +106,26 @@ impl std::fmt::Display for Table {
     }
 }
 
+/// `cell` cut to `width` visible characters, its last one `…`, when it is
+/// wider (a cell with colour is left whole: cutting could leave its
+/// colour on).
+fn cut_to(cell: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    if visible_width(cell) <= width || cell.contains('\x1b') {
+        return std::borrow::Cow::Borrowed(cell);
+    }
+    let mut text: String = cell.chars().take(width.saturating_sub(1)).collect();
+    text.push('…');
+    std::borrow::Cow::Owned(text)
+}
+
 /// A cell for `--format tsv`: tabs, newlines and backslashes escaped so a
 /// row stays one line of fields.
 fn tsv_cell(cell: &str) -> String {
     let plain = strip_ansi(cell);
+    // A missing value is an empty field, not a dash to parse around.
+    if plain == MISSING {
+        return String::new();
+    }
     let mut text = String::with_capacity(plain.len());
     for character in plain.chars() {
         match character {
@@ -128,6 +178,7 @@ pub fn table(output: &Output, header: &[&str]) -> Table {
             .collect(),
         rows: Vec::new(),
         tsv: output.tsv,
+        fit: None,
     }
 }
 
@@ -152,9 +203,29 @@ pub fn hash(output: &Output, hex: &str) -> String {
     }
 }
 
-/// A timestamp, or `—`.
+/// A size in a table: in binary units for people, the exact byte count
+/// with `--format tsv`.
+pub fn size(output: &Output, bytes: u64) -> String {
+    if output.tsv {
+        bytes.to_string()
+    } else {
+        format_size(bytes)
+    }
+}
+
+/// A duration in a table: for people, or whole microseconds with
+/// `--format tsv`.
+pub fn duration(output: &Output, duration: std::time::Duration) -> String {
+    if output.tsv {
+        duration.as_micros().to_string()
+    } else {
+        format_duration(duration)
+    }
+}
+
+/// A timestamp, or `—` (an empty field with `--format tsv`).
 pub fn time(timestamp: Option<Timestamp>) -> String {
-    timestamp.map_or_else(|| "—".to_owned(), |t| t.to_string())
+    timestamp.map_or_else(|| MISSING.to_owned(), |t| t.to_string())
 }
 
 /// Sessions as a table.
@@ -174,7 +245,7 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             time(session.updated_at),
             session.exec_count.to_string(),
             session.file_count.to_string(),
-            format_size(session.bytes),
+            size(output, session.bytes),
             if session.legacy {
                 "yes".to_owned()
             } else {
@@ -185,10 +256,17 @@ pub fn sessions_table(output: &Output, sessions: &[SessionSummary]) -> Table {
             } else {
                 "-".to_owned()
             },
-            session
-                .group
-                .as_deref()
-                .map_or_else(|| "-".to_owned(), escaped),
+            // No group: `-` for people, an empty field in TSV.
+            session.group.as_deref().map_or_else(
+                || {
+                    if output.tsv {
+                        String::new()
+                    } else {
+                        "-".to_owned()
+                    }
+                },
+                escaped,
+            ),
         ]);
     }
     table
@@ -308,7 +386,11 @@ pub fn describe_exact(envelope: &Envelope) -> String {
             let items: Vec<String> = detected.drift.iter().map(describe_drift).collect();
             format!("drift: {}", items.join("; "))
         }
-        Event::PruneRunStarted(run) => format!("prune run started ({} candidates)", run.candidates),
+        Event::PruneRunStarted(run) => format!(
+            "prune run started ({} candidate{})",
+            run.candidates,
+            if run.candidates == 1 { "" } else { "s" }
+        ),
         Event::PruneRunCompleted(run) => format!(
             "prune run completed: {} deleted, {} skipped, {} errors, {} reclaimed",
             run.deleted,
@@ -527,11 +609,36 @@ mod tests {
             header: header.iter().map(|name| (*name).to_owned()).collect(),
             rows: Vec::new(),
             tsv,
+            fit: None,
         };
         for row in rows {
             table.add_row(row.iter().map(|cell| (*cell).to_owned()).collect());
         }
         table
+    }
+
+    /// A table wider than the output is cut in its fitted column, with
+    /// `…`, and no line is wider than the limit; narrower ones are whole.
+    #[test]
+    fn a_fitted_column_is_cut_to_the_width() {
+        let long = "x".repeat(200);
+        let mut wide = table(false, &["pos", "what", "hash"], &[&["1", &long, "abcdef"]]);
+        wide.fit = Some((1, 60));
+        let text = wide.to_string();
+        for line in text.lines() {
+            assert!(line.chars().count() <= 60, "{line:?}");
+        }
+        assert!(text.contains("x…  abcdef"), "{text}");
+        let mut narrow = table(false, &["pos", "what"], &[&["1", "short"]]);
+        narrow.fit = Some((1, 60));
+        assert_eq!(narrow.to_string(), "pos  what\n1    short");
+    }
+
+    /// `--format tsv` prints a missing value as an empty field.
+    #[test]
+    fn tsv_prints_a_missing_value_as_an_empty_field() {
+        let tsv = table(true, &["a", "b", "c"], &[&["1", super::MISSING, "3"]]);
+        assert_eq!(tsv.to_string(), "a\tb\tc\n1\t\t3");
     }
 
     /// Columns align on visible width (colour sequences and multi-byte

@@ -314,7 +314,8 @@ fn json_fields_are_documented_and_snake_case() -> TestResult {
          `*_bytes`, `*_ms`). `a.b` is field `b` of object `a`; `a[]` is an element \
          of array `a`. Maps keyed by data (labels, payloads, errors by session) are \
          listed as objects without their keys. Errors (any command) are \
-         `{\"error\": {\"kind\": string, \"message\": string}}` on stderr.\n\n\
+         `{\"error\": {\"kind\": string, \"class\": string, \"message\": string}}` \
+         on stderr.\n\n\
          The event envelope (each line of `log`) and each event's payload are \
          described in [events.md](events.md).\n",
     );

@@ -59,6 +59,9 @@ impl FirstRun {
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .env("SANDLOG_RUNTIMES_DIR", self.dir.path().join("runtimes"))
+            // An empty per-user directory: runtimes the machine's user
+            // installed must not be found.
+            .env("XDG_DATA_HOME", self.dir.path().join("data"))
             .env("SANDLOG_CACHE_DIR", self.cache());
     }
 

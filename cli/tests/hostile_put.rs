@@ -168,7 +168,7 @@ fn files_put_of_an_endless_input_stops_at_the_quota_and_leaves_nothing() -> Test
     let message = error["error"]["message"].as_str().ok_or("no message")?;
     assert!(
         message.starts_with(&format!(
-            "sub/big: the input is larger than the {QUOTA_BYTES} bytes (104.9 MB) left under session {id}'s workspace quota of {QUOTA_BYTES} bytes (104.9 MB) (stopped after reading "
+            "sub/big: the input is larger than the {QUOTA_BYTES} bytes (100 MiB) left under session {id}'s workspace quota of {QUOTA_BYTES} bytes (100 MiB) (stopped after reading "
         )) && message.ends_with(
             " bytes); nothing was written. Raise the quota, free space in the workspace, or write a smaller file."
         ),

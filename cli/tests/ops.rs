@@ -37,7 +37,11 @@ fn init() -> (tempfile::TempDir, PathBuf) {
 fn doctor(root: &Path, extra: &[&str], runtimes: Option<&Path>) -> (Value, i32) {
     let mut command = common::sandlog(root);
     if let Some(runtimes) = runtimes {
-        command.env("SANDLOG_RUNTIMES_DIR", runtimes);
+        // Only that directory: the per-user one is empty (runtimes the
+        // machine's user installed must not be found).
+        command
+            .env("SANDLOG_RUNTIMES_DIR", runtimes)
+            .env("XDG_DATA_HOME", runtimes.join("no-user-data"));
     }
     let output = command
         .args(["--json", "doctor"])

@@ -143,7 +143,7 @@ SESSION                               STATUS  CREATED                      UPDAT
     assert_eq!(
         normalise(&tsv, &[&id]).replace(' ', ""),
         "session\tstatus\tcreated\tupdated\texecs\tfiles\tsize\tlegacy\theld\tgroup\n\
-         <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0B\t-\t-\t-\n"
+         <id0>\tactive\tYYYY-MM-DDTHH:MM:SS.ffffffZ\tYYYY-MM-DDTHH:MM:SS.ffffffZ\t0\t0\t0\t-\t-\t\n"
     );
 
     // `log`: the same layout, stream ids short, the actor shown.

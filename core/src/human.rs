@@ -1,6 +1,6 @@
 //! Human durations and sizes: parsing what operators type (`90s`, `24h`,
 //! `7d`, `512K`, `10MB`, `1GiB`) and printing what they read (`3h 12m`,
-//! `1.5 MB`).
+//! `1.5 MiB`).
 
 use std::time::Duration;
 
@@ -148,23 +148,30 @@ pub fn parse_size(input: &str) -> Result<u64, CoreError> {
         .ok_or_else(|| invalid("it is too large"))
 }
 
-/// Prints a size for people in decimal units with one decimal
-/// (`512 B`, `1.5 MB`, `2.0 GB`).
+/// Prints a size for people in binary units, as the documentation and the
+/// limits give them: a whole number of its unit as such, else with one
+/// decimal (`512 B`, `64 KiB`, `1.5 MiB`, `2.3 GiB`).
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KB", "MB", "GB", "TB", "PB"];
-    if bytes < 1000 {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
         return format!("{bytes} B");
     }
-    let mut value = bytes as f64 / 1000.0;
-    let mut unit = "KB";
+    let mut unit_bytes = 1024_u64;
+    let mut unit = "KiB";
     for next in UNITS.iter().skip(1) {
-        if value < 999.95 {
+        // Past 1023.95 of a unit, one decimal would print 1024.0: the next
+        // unit reads better.
+        if (bytes as f64) / (unit_bytes as f64) < 1023.95 {
             break;
         }
-        value /= 1000.0;
+        unit_bytes = unit_bytes.saturating_mul(1024);
         unit = next;
     }
-    format!("{value:.1} {unit}")
+    if bytes.is_multiple_of(unit_bytes) {
+        format!("{} {unit}", bytes / unit_bytes)
+    } else {
+        format!("{:.1} {unit}", bytes as f64 / unit_bytes as f64)
+    }
 }
 
 #[cfg(test)]
@@ -208,8 +215,14 @@ mod tests {
     #[test]
     fn formats_for_people() {
         assert_eq!(format_size(512), "512 B");
-        assert_eq!(format_size(1_500_000), "1.5 MB");
-        assert_eq!(format_size(999_999), "1.0 MB");
+        assert_eq!(format_size(1_500_000), "1.4 MiB");
+        assert_eq!(format_size(1_048_575), "1.0 MiB");
+        assert_eq!(format_size(1023), "1023 B");
+        assert_eq!(format_size(65_536), "64 KiB");
+        assert_eq!(format_size(65_600), "64.1 KiB");
+        assert_eq!(format_size(32 << 20), "32 MiB");
+        assert_eq!(format_size(268_400_000), "256.0 MiB");
+        assert_eq!(format_size(3 << 40), "3 TiB");
         assert_eq!(
             format_duration(Duration::from_secs(3 * 3600 + 12 * 60 + 5)),
             "3h 12m"

@@ -50,6 +50,9 @@ __all__ = [
     "InvalidInput",
 ]
 
+#: The package's version, the same as ``sandlog --version`` prints.
+__version__: str = _sandlog.__version__
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

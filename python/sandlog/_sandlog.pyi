@@ -4,6 +4,7 @@ they check arguments and return dataclasses."""
 from typing import Any, Dict, List, Optional, Tuple
 
 LOG_PAGE_EVENTS_MAX: int
+__version__: str
 
 _FileTuple = Tuple[str, int, str, int]
 

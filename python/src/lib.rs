@@ -801,5 +801,7 @@ fn _sandlog(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(generate_key, module)?)?;
     module.add_function(wrap_pyfunction!(verify_evidence, module)?)?;
     module.add("LOG_PAGE_EVENTS_MAX", LOG_PAGE_EVENTS_MAX)?;
+    // The package's version is the workspace's, as `sandlog --version`.
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

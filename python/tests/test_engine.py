@@ -691,3 +691,41 @@ def test_sync_session_records_changes_made_beside_sandlog(engine: sandlog.Engine
     assert not engine.sync_session(sid).recorded  # nothing changed since
     with pytest.raises(sandlog.NotFound):
         engine.sync_session(str(uuid.uuid4()))
+
+
+def test_the_package_has_a_version() -> None:
+    # The workspace's version, as `sandlog --version` prints it.
+    cargo = (Path(__file__).resolve().parents[2] / "Cargo.toml").read_text()
+    version = cargo.split("[workspace.package]", 1)[1].split('version = "', 1)[1].split('"', 1)[0]
+    assert sandlog.__version__ == version
+
+
+def test_runtimes_are_found_without_environment_variables(tmp_path: Path) -> None:
+    # A new shell after `make demo` (or `sandlog runtimes install`): no
+    # SANDLOG_* variable, the runtimes in the per-user directory.
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    user = home / ".local" / "share" / "sandlog" / "runtimes"
+    user.mkdir(parents=True)
+    for name in ("python.wasm", "quickjs.wasm"):
+        (user / name).symlink_to(Path(os.environ["SANDLOG_RUNTIMES_DIR"]) / name)
+    # The tests' module cache, so python.wasm is not compiled again.
+    (home / ".cache").mkdir()
+    (home / ".cache" / "sandlog").symlink_to(os.environ["SANDLOG_CACHE_DIR"])
+    script = (
+        "import sandlog\n"
+        "engine = sandlog.Engine.init('sandlog-data')\n"
+        "print(engine.execute(engine.create_session(), 'print(6 * 7)').stdout, end='')\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "42\n"

@@ -46,8 +46,9 @@ pub struct EngineOptions {
     pub correlation_id: Option<uuid::Uuid>,
     /// Commit durability.
     pub durability: Durability,
-    /// Where `python.wasm` and `quickjs.wasm` are; default:
-    /// `$SANDLOG_RUNTIMES_DIR`, else `<root>/runtimes`.
+    /// Where `python.wasm` and `quickjs.wasm` are (then the only place
+    /// looked in); default: `$SANDLOG_RUNTIMES_DIR`, else `<root>/runtimes`,
+    /// else the per-user data directory (see [`crate::runtimes`]).
     pub runtimes_dir: Option<PathBuf>,
     /// Read-only directories every guest sees (vendored packages, say).
     pub readonly_mounts: Vec<ReadonlyMount>,

@@ -104,13 +104,13 @@ pub enum RuntimeError {
     },
     /// A guest runtime module is not installed.
     #[error(
-        "runtime {name:?} not found at {path} (run scripts/fetch-runtimes.sh, or set SANDLOG_RUNTIMES_DIR)"
+        "runtime {name:?} not found (looked for {searched}): install it with `sandlog runtimes install`, or set SANDLOG_RUNTIMES_DIR to a directory holding it"
     )]
     RuntimeMissing {
         /// The runtime's name.
         name: String,
-        /// Where it was looked for.
-        path: PathBuf,
+        /// Every path it was looked for at, in order.
+        searched: String,
     },
     /// The code is larger than the limit.
     #[error("code is {size} bytes; the limit is {max}")]

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::engine::{CODE_BYTES_MAX, Engine};
 use crate::error::{Result, RuntimeError};
-use crate::layout::{RUNTIMES_DIR, RUNTIMES_DIR_ENV};
+use crate::runtimes::{self, RuntimesSource};
 use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{
     self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
@@ -208,13 +208,7 @@ impl Engine {
     /// [`RuntimeError::RuntimeMissing`] if the runtime's file is not there;
     /// the sandbox's error if it cannot be loaded.
     pub fn prepare_runtime(&self, runtime: &Runtime) -> Result<PreparedRuntime> {
-        let path = self.runtime_path(runtime);
-        if !path.is_file() {
-            return Err(RuntimeError::RuntimeMissing {
-                name: runtime.name(),
-                path,
-            });
-        }
+        let (_, path) = self.find_runtime(runtime)?;
         let started = Instant::now();
         let module = self.sandbox()?.load(&path)?;
         Ok(PreparedRuntime {
@@ -460,21 +454,45 @@ impl Engine {
         })
     }
 
-    pub(crate) fn runtimes_dir(&self) -> PathBuf {
-        self.options
-            .runtimes_dir
-            .clone()
-            .or_else(|| std::env::var_os(RUNTIMES_DIR_ENV).map(PathBuf::from))
-            .unwrap_or_else(|| self.layout.root.join(RUNTIMES_DIR))
+    /// The directories a runtime is looked up in: only
+    /// [`EngineOptions::runtimes_dir`](crate::EngineOptions::runtimes_dir)
+    /// when given, else [`runtimes::runtimes_dirs`] of this root.
+    pub fn runtimes_dirs(&self) -> Vec<(RuntimesSource, PathBuf)> {
+        match &self.options.runtimes_dir {
+            Some(dir) => vec![(RuntimesSource::Option, dir.clone())],
+            None => runtimes::runtimes_dirs(&self.layout.root),
+        }
     }
 
-    /// Where a runtime's module is.
-    pub(crate) fn runtime_path(&self, runtime: &Runtime) -> PathBuf {
-        match runtime {
-            Runtime::Python => self.runtimes_dir().join("python.wasm"),
-            Runtime::JavaScript => self.runtimes_dir().join("quickjs.wasm"),
-            Runtime::Module(path) => path.clone(),
-        }
+    /// Where a runtime's module is, and where that place came from
+    /// ([`RuntimesSource::Option`] for a module given by path).
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::RuntimeMissing`], naming every place looked in.
+    pub fn find_runtime(&self, runtime: &Runtime) -> Result<(RuntimesSource, PathBuf)> {
+        let file = match runtime {
+            Runtime::Python => "python.wasm",
+            Runtime::JavaScript => "quickjs.wasm",
+            Runtime::Module(path) => {
+                if path.is_file() {
+                    return Ok((RuntimesSource::Option, path.clone()));
+                }
+                return Err(RuntimeError::RuntimeMissing {
+                    name: runtime.name(),
+                    searched: path.display().to_string(),
+                });
+            }
+        };
+        let dirs = self.runtimes_dirs();
+        runtimes::find_in(&dirs, file).ok_or_else(|| RuntimeError::RuntimeMissing {
+            name: runtime.name(),
+            searched: dirs
+                .iter()
+                .map(|(_, dir)| dir.join(file).display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 
     fn prepare(&self, request: &ExecRequest) -> Result<(LoadedModule, Vec<String>, Vec<u8>)> {
@@ -492,13 +510,7 @@ impl Engine {
             Runtime::JavaScript => (sandbox::javascript_args(&code_text()?), Vec::new()),
             Runtime::Module(_) => (Vec::new(), request.code.clone()),
         };
-        let path = self.runtime_path(&request.runtime);
-        if !path.is_file() {
-            return Err(RuntimeError::RuntimeMissing {
-                name: request.runtime.name(),
-                path,
-            });
-        }
+        let (_, path) = self.find_runtime(&request.runtime)?;
         let module = self.sandbox()?.load(&path)?;
         Ok((module, args, stdin))
     }

@@ -138,11 +138,9 @@ impl Engine {
         let mut missing = Vec::new();
         let mut present = Vec::new();
         for runtime in [Runtime::Python, Runtime::JavaScript] {
-            let path = self.runtime_path(&runtime);
-            if path.is_file() {
-                present.push(format!("{} ({})", runtime.name(), path.display()));
-            } else {
-                missing.push(format!("{} ({})", runtime.name(), path.display()));
+            match self.find_runtime(&runtime) {
+                Ok((_, path)) => present.push(format!("{} ({})", runtime.name(), path.display())),
+                Err(error) => missing.push(error.to_string()),
             }
         }
         if missing.is_empty() {
@@ -150,11 +148,11 @@ impl Engine {
         } else {
             Check::fail(
                 "runtimes",
-                format!("missing: {}", missing.join(", ")),
+                format!("missing: {}", missing.join("; ")),
                 format!(
-                    "put python.wasm and quickjs.wasm in {} (`scripts/fetch-runtimes.sh DIR` \
-                     fetches the pinned builds), or point {} at the directory holding them",
-                    self.runtimes_dir().display(),
+                    "run `sandlog runtimes install` (the pinned builds, into the per-user \
+                     directory every root finds), or point {} at a directory holding \
+                     python.wasm and quickjs.wasm",
                     crate::layout::RUNTIMES_DIR_ENV
                 ),
             )

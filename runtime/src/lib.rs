@@ -67,6 +67,7 @@ pub mod ocsf;
 pub mod proofs;
 pub mod report;
 pub mod retention;
+pub mod runtimes;
 pub mod sandbox;
 pub mod sessions;
 pub mod shared;

@@ -101,11 +101,19 @@ pub struct PruneReport {
 }
 
 impl PruneReport {
-    /// `3 deleted, 1 skipped, 1.5 MB reclaimed (dry run)`.
+    /// `3 sessions deleted, 1 skipped, 1.5 MiB reclaimed`; in a dry run
+    /// `3 sessions would be deleted, 1 skipped, 1.5 MiB would be reclaimed
+    /// (dry run)`.
     pub fn summary(&self) -> String {
+        let deleted = self.deleted_sessions.len();
+        let (deleted_verb, reclaimed_verb) = if self.dry_run {
+            ("would be deleted", "would be reclaimed")
+        } else {
+            ("deleted", "reclaimed")
+        };
         let mut text = format!(
-            "{} deleted, {} skipped, {} reclaimed",
-            self.deleted_sessions.len(),
+            "{deleted} {} {deleted_verb}, {} skipped, {} {reclaimed_verb}",
+            if deleted == 1 { "session" } else { "sessions" },
             self.skipped_sessions.len(),
             format_size(self.reclaimed_bytes)
         );

@@ -168,7 +168,7 @@ fn a_report_shows_the_session_and_only_escaped_guest_output() -> TestResult {
         "- beta",
         "+ BETA-CHANGED",
         "+ delta-added",
-        "binary content, 1.0 KB",
+        "binary content, 1 KiB",
         "host/notes.md",
         "<i>host</i>",
         "ok: the hash chain is intact",
@@ -339,7 +339,8 @@ fn chromium() -> PathBuf {
     assert!(
         path.is_file(),
         "/usr/bin/chromium is missing: the browser test needs Debian's `chromium` package \
-         (`apt-get install -y --no-install-recommends chromium`; .ci/run installs it)"
+         (`apt-get install -y --no-install-recommends chromium`; `scripts/install-test-deps.sh`, \
+         which `make test` runs, installs it)"
     );
     path
 }

@@ -137,7 +137,7 @@ pub fn server() -> Result<&'static PgServer, String> {
             _ => start_cluster().map_err(|reason| {
                 format!(
                     "no PostgreSQL server for the tests: {reason}. Install PostgreSQL \
-                     (Debian: `apt-get install postgresql`, which `.ci/run` does) or set \
+                     (Debian: `apt-get install postgresql`, which `make test` does) or set \
                      ${PG_URL_VARIABLE} to a server where this role may CREATE DATABASE"
                 )
             }),

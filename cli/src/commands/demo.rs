@@ -299,11 +299,53 @@ pub fn demo(root: &Path, output: &Output) -> Result<u8, CliError> {
     let stats = engine.stats()?;
     output.line("")?;
     output.line(&format!(
-        "done: {} events in the log, {} sessions, {} executions. Try: sandlog --root {} session list | log --limit 20 | verify",
+        "done: {} events in the log, {} sessions, {} executions. Try:",
         verified.events,
         stats.sessions.values().sum::<u64>(),
         stats.executions,
-        root.display()
     ))?;
+    let sandlog = format!(
+        "{} --root {}",
+        shell_word(&invoked_as()),
+        shell_word(&root.to_string_lossy())
+    );
+    for command in ["session list", "log --limit 20", "verify"] {
+        output.line(&format!("  {sandlog} {command}"))?;
+    }
     Ok(0)
+}
+
+/// How a person runs this binary from a shell: `sandlog` when that name
+/// on `PATH` is this very file, else this file's path (`make demo` runs it
+/// from the target directory), so the closing lines run as printed.
+fn invoked_as() -> String {
+    let Ok(this) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return "sandlog".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("sandlog"))
+            .find(|candidate| candidate.is_file())
+            .and_then(|candidate| std::fs::canonicalize(candidate).ok())
+            .is_some_and(|found| found == this)
+    });
+    if on_path {
+        "sandlog".to_owned()
+    } else {
+        this.to_string_lossy().into_owned()
+    }
+}
+
+/// `text` as one POSIX shell word: as is when it has only characters no
+/// shell treats specially, else in single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }

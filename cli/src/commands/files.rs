@@ -1,10 +1,11 @@
 //! `files ls|cat|put|rm`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::human::format_size;
-use sandlog_runtime::projections::query::file_tree;
+use sandlog_runtime::projections::query::{TreeNode, file_tree};
 use serde_json::json;
 
 use crate::args::FilesCommand;
@@ -21,8 +22,9 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                 if output.json {
                     output.json(&tree)?;
                 } else {
-                    let text = serde_json::to_string_pretty(&tree).unwrap_or_default();
-                    output.line(&render::escape_for_terminal(&text))?;
+                    let mut lines = vec![".".to_owned()];
+                    tree_lines(&tree, "", &mut lines);
+                    output.line(&lines.join("\n"))?;
                 }
             } else if output.json {
                 let documents: Vec<_> =
@@ -33,7 +35,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
                 for file in &files {
                     table.add_row(vec![
                         render::escaped(&file.path),
-                        format_size(file.size),
+                        render::size(output, file.size),
                         render::hash(output, &file.blake3.to_hex()),
                         file.updated_at.to_string(),
                     ]);
@@ -160,4 +162,28 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
         }
     }
     Ok(0)
+}
+
+/// `files ls --tree` for people, as `tree` draws it: directories end in
+/// `/` and come in name order with the files; each file shows its size.
+fn tree_lines(level: &BTreeMap<String, TreeNode>, prefix: &str, lines: &mut Vec<String>) {
+    let count = level.len();
+    for (index, (name, node)) in level.iter().enumerate() {
+        let last = index + 1 == count;
+        let (branch, indent) = if last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        let name = render::escape_for_terminal(name);
+        match node {
+            TreeNode::File { size, .. } => {
+                lines.push(format!("{prefix}{branch}{name}  {}", format_size(*size)));
+            }
+            TreeNode::Dir(children) => {
+                lines.push(format!("{prefix}{branch}{name}/"));
+                tree_lines(children, &format!("{prefix}{indent}"), lines);
+            }
+        }
+    }
 }

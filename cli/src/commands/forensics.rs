@@ -1,7 +1,6 @@
 //! `log`, `replay`, `verify`, `digest`, `migrate`.
 
 use sandlog_runtime::Engine;
-use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
 use sandlog_runtime::eventstore::{Digest, LogFilter, SUBSCRIBE_POLL, SubscribeFrom};
 use sandlog_runtime::projections::SessionSummary;
@@ -44,6 +43,7 @@ fn time_flag(
 const FOLLOW_WAIT: std::time::Duration = SUBSCRIBE_POLL;
 
 pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliError> {
+    check_kinds(&args.kinds)?;
     let stream = args
         .session
         .as_deref()
@@ -105,6 +105,8 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
             for envelope in &envelopes {
                 table.add_row(log_row(output, envelope));
             }
+            // WHAT is cut to the terminal's width; --wide shows it whole.
+            table.fit(output, 5);
             output.line(&table.to_string())?;
         }
         return Ok(0);
@@ -124,6 +126,40 @@ pub fn log(engine: &Engine, args: LogArgs, output: &Output) -> Result<u8, CliErr
     };
     let subscription = engine.subscribe(SubscribeFrom::After(after), filter)?;
     follow(subscription, output, engine.node())
+}
+
+/// Refuses a `--kind` that names no kind this version knows (a typo would
+/// otherwise print an empty log and exit 0): a usage error listing them.
+/// A pattern ending in `*` must match at least one.
+fn check_kinds(kinds: &[String]) -> Result<(), CliError> {
+    let known = sandlog_runtime::core::event::KNOWN_KINDS;
+    let unknown: Vec<&str> = kinds
+        .iter()
+        .map(String::as_str)
+        .filter(|kind| match kind.strip_suffix('*') {
+            Some(prefix) => !known.iter().any(|(name, _)| name.starts_with(prefix)),
+            None => !known.iter().any(|(name, _)| name == kind),
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = known.iter().map(|(name, _)| *name).collect();
+    names.sort_unstable();
+    Err(CliError::Usage {
+        kind: "unknown_kind",
+        message: format!(
+            "unknown event kind{} {}: the kinds are {} (a trailing * matches a prefix, as \
+             session.prune.*; docs/events.md describes each)",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown
+                .iter()
+                .map(|kind| format!("{:?}", render::escape_for_terminal(kind)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            names.join(", ")
+        ),
+    })
 }
 
 /// `log --checkpoint NAME [--follow]`: the events after the consumer's
@@ -321,7 +357,7 @@ pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, 
             for (path, file) in &session.files {
                 table.add_row(vec![
                     render::escaped(path),
-                    format_size(file.size),
+                    render::size(output, file.size),
                     render::hash(output, &file.blake3.to_hex()),
                     file.updated_at.to_string(),
                 ]);

@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use clap::CommandFactory;
-use sandlog_runtime::core::human::format_size;
 use sandlog_runtime::projections::SessionStatus;
 use sandlog_runtime::sandbox::ModuleOrigin;
 use sandlog_runtime::{Engine, PreparedRuntime, Runtime, RuntimeError};
@@ -273,7 +272,10 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     }
     let mut table = crate::render::table(output, &["", ""]);
     table.add_row(vec!["events".to_owned(), head.position.0.to_string()]);
-    table.add_row(vec!["log size".to_owned(), format_size(log_bytes)]);
+    table.add_row(vec![
+        "log size".to_owned(),
+        crate::render::size(output, log_bytes),
+    ]);
     for (status, count) in &stats.sessions {
         table.add_row(vec![format!("sessions {status}"), count.to_string()]);
     }
@@ -283,7 +285,7 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
     ]);
     table.add_row(vec![
         "workspace bytes".to_owned(),
-        format_size(stats.workspace_bytes),
+        crate::render::size(output, stats.workspace_bytes),
     ]);
     table.add_row(vec!["files".to_owned(), stats.files.to_string()]);
     table.add_row(vec!["executions".to_owned(), stats.executions.to_string()]);
@@ -292,8 +294,8 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
         format!(
             "{} ({} raw, {} stored)",
             blobs.kept,
-            format_size(blobs.kept_bytes),
-            format_size(blobs.stored_bytes)
+            crate::render::size(output, blobs.kept_bytes),
+            crate::render::size(output, blobs.stored_bytes)
         ),
     ]);
     table.add_row(vec!["blobs erased".to_owned(), blobs.erased.to_string()]);
@@ -307,7 +309,7 @@ pub fn stats(engine: &Engine, output: &Output) -> Result<u8, CliError> {
         format!(
             "{} ({})",
             cleanup.sessions_pruned,
-            format_size(cleanup.pruned_bytes)
+            crate::render::size(output, cleanup.pruned_bytes)
         ),
     ]);
     table.add_row(vec![

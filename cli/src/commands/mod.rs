@@ -12,6 +12,7 @@ mod proofs;
 mod prune;
 mod report;
 mod retention;
+mod runtimes;
 pub mod serve;
 mod session;
 pub mod witness;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
         Command::Adopt(args) => adopt::adopt(&root, &args.dir, output),
         Command::Doctor(args) => misc::doctor(&root, &args, output),
         Command::Demo => demo::demo(&root, output),
+        Command::Runtimes(command) => runtimes::run(&root, command, output),
         Command::Keygen(args) => proofs::keygen(args, output),
         Command::Witness(command) => witness::run(command),
         Command::Evidence(command @ EvidenceCommand::Verify { .. }) => {
@@ -91,6 +93,7 @@ pub fn run(cli: Cli, output: &Output) -> Result<u8, CliError> {
                 | Command::Adopt(_)
                 | Command::Doctor(_)
                 | Command::Keygen(_)
+                | Command::Runtimes(_)
                 | Command::Witness(_)
                 | Command::Demo => Ok(0),
             }

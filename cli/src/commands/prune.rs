@@ -1,7 +1,7 @@
 //! `prune` and `reconcile`.
 
 use sandlog_runtime::core::PrunePolicy;
-use sandlog_runtime::core::human::{format_duration, format_size, parse_duration, parse_size};
+use sandlog_runtime::core::human::{parse_duration, parse_size};
 use sandlog_runtime::{Engine, ReconcileOptions};
 use serde_json::json;
 
@@ -46,6 +46,9 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
     if output.json {
         output.json(&json!({
             "deleted_sessions": report.deleted_sessions,
+            // The same sessions, named for what a dry run did with them:
+            // nothing, yet.
+            "would_delete": if report.dry_run { report.deleted_sessions.clone() } else { Vec::new() },
             "skipped_sessions": report.skipped_sessions,
             "skipped_reasons": report.skipped_reasons,
             "reclaimed_bytes": report.reclaimed_bytes,
@@ -81,9 +84,9 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
                 };
                 table.add_row(vec![
                     render::id(output, &candidate.session_id),
-                    format_duration(candidate.age()),
+                    render::duration(output, candidate.age()),
                     candidate.updated_at.to_string(),
-                    format_size(candidate.bytes),
+                    render::size(output, candidate.bytes),
                     selected_by_flag(candidate.selected_by).to_owned(),
                     result,
                 ]);

@@ -70,8 +70,17 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
         SessionCommand::List {
             status: wanted,
             group,
+            all,
         } => {
-            let sessions = engine.sessions_in(wanted.map(status), group.as_deref())?;
+            let mut sessions = engine.sessions_in(wanted.map(status), group.as_deref())?;
+            if !all && wanted.is_none() {
+                sessions.retain(|session| {
+                    !matches!(
+                        session.status,
+                        SessionStatus::Deleted | SessionStatus::Pruned
+                    )
+                });
+            }
             if output.json {
                 let documents: Vec<_> = sessions.iter().map(session_document).collect();
                 output.json(&documents)?;

@@ -189,6 +189,13 @@ impl ArtifactDir {
         }
     }
 
+    /// Whether an artifact of the module with blake3 `module_hash` is
+    /// stored, with its checksum beside it (it is still checked when
+    /// loaded).
+    pub(crate) fn is_stored(&self, module_hash: &blake3::Hash) -> bool {
+        self.artifact_path(module_hash).is_file() && self.checksum_path(module_hash).is_file()
+    }
+
     fn artifact_path(&self, module_hash: &blake3::Hash) -> PathBuf {
         self.dir
             .join(format!("{}.{ARTIFACT_SUFFIX}", module_hash.to_hex()))

@@ -293,6 +293,29 @@ impl Sandbox {
         })
     }
 
+    /// Whether the module at `wasm_path` is compiled in this sandbox's
+    /// cache (an artifact for its bytes is stored), without compiling it.
+    ///
+    /// # Errors
+    ///
+    /// [`SandboxError::ReadModule`] if it cannot be read.
+    pub fn is_compiled(&self, wasm_path: &Path) -> Result<bool, SandboxError> {
+        let read_error = |source| SandboxError::ReadModule {
+            path: wasm_path.to_path_buf(),
+            source,
+        };
+        let metadata = fs::metadata(wasm_path).map_err(read_error)?;
+        let module_hash = match self
+            .inner
+            .module_hashes
+            .get(wasm_path, &FileStamp::of(&metadata))
+        {
+            Some(hash) => hash,
+            None => blake3::hash(&fs::read(wasm_path).map_err(read_error)?),
+        };
+        Ok(self.inner.artifacts.is_stored(&module_hash))
+    }
+
     /// Loads the module at `wasm_path`: from memory if this `Sandbox` has
     /// loaded the same bytes before, else from a verified precompiled
     /// artifact in the cache, else by compiling it (and caching the

@@ -27,8 +27,15 @@ pub fn python_args(code: &str) -> Vec<String> {
     // Both modules are built in and already loaded, so the prelude is free:
     // `os` is not (with `-S`) and importing it costs real fuel on every
     // run, as does the `compile()` builtin, where `exec(str)` costs none.
+    // An uncaught exception's traceback starts below the prelude's own
+    // frame (the `exec` call), so it shows the user's code only, as `-c`
+    // would; a syntax error, which has no frame of the user's, prints
+    // without a traceback, as `-c` prints it. The traceback is cut on the
+    // exception itself: the default hook prints the exception's own.
     let prelude = format!(
-        "__import__('posix').chdir({WORKSPACE_GUEST_PATH:?});exec(__import__('sys').argv.pop(1))"
+        "__import__('posix').chdir({WORKSPACE_GUEST_PATH:?});\
+         __import__('sys').excepthook=lambda t,v,b,h=__import__('sys').__excepthook__:h(t,v.with_traceback(b and b.tb_next),b and b.tb_next);\
+         exec(__import__('sys').argv.pop(1))"
     );
     vec!["-S".to_owned(), "-c".to_owned(), prelude, code.to_owned()]
 }

@@ -112,3 +112,48 @@ def test_mcp_round_trip(tmp_path):
         [binary, "--root", str(root), "--json", "verify"], check=True, capture_output=True, text=True
     )
     assert json.loads(verify.stdout)["ok"] is True
+
+
+def test_mcp_with_only_home_and_path(tmp_path):
+    """An MCP client configured with just `sandlog mcp` passes a minimal
+    environment: no SANDLOG_* variable, only HOME and PATH. After
+    `sandlog runtimes install` (from the runtimes `make` fetched, so the
+    test downloads nothing; `cli/tests/runtimes.rs` tests the download)
+    the server finds them in the per-user directory and executes code."""
+    binary = sandlog_bin()
+    runtimes = os.environ.get("SANDLOG_RUNTIMES_DIR", "")
+    assert os.path.isfile(os.path.join(runtimes, "python.wasm")), (
+        f"SANDLOG_RUNTIMES_DIR={runtimes!r} must hold python.wasm (`make mcp-test` sets it)"
+    )
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    # The per-user module cache is the tests' shared one, so python.wasm
+    # is not compiled again; still no variable names it.
+    cache = os.environ.get("SANDLOG_CACHE_DIR")
+    if cache:
+        os.symlink(cache, home / ".cache" / "sandlog")
+    bare = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    installed = subprocess.run(
+        [binary, "runtimes", "install", "--from", runtimes],
+        env=bare, cwd=home, capture_output=True, text=True,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert str(home / ".local" / "share" / "sandlog" / "runtimes") in installed.stdout
+    subprocess.run([binary, "init"], env=bare, cwd=home, check=True, capture_output=True)
+
+    async def drive_bare():
+        params = StdioServerParameters(command=binary, args=["mcp"], env=bare, cwd=str(home))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                session_id = call_json(await client.call_tool("create_session", {}))["session_id"]
+                return call_json(
+                    await client.call_tool(
+                        "execute", {"session_id": session_id, "code": "print(6 * 7)"}
+                    )
+                )
+
+    executed = asyncio.run(drive_bare())
+    assert executed["outcome"] == "ok", executed
+    assert executed["stdout"] == "42\n", executed
+    assert (home / "sandlog-data" / "sandlog.db").is_file()
