@@ -1146,7 +1146,11 @@ Promise.allSettled([
     );
 
     let sessions = session_ids(&root);
-    assert_eq!(sessions, [id.clone()], "the page created a session");
+    assert_eq!(
+        sessions,
+        std::slice::from_ref(&id),
+        "the page created a session"
+    );
     assert!(executed_positions(&root).is_empty(), "the page ran code");
     assert!(!root.join("workspaces").join(&id).join("pwned.txt").exists());
     let metrics = server.request("GET", "/metrics", b"").text();
