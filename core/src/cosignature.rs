@@ -36,8 +36,7 @@ use crate::note::{
     split_note,
 };
 
-/// The signed-note signature type of Ed25519 cosignature/v1 keys.
-pub const ALGORITHM_COSIGNATURE_V1: u8 = 0x04;
+pub use crate::note::ALGORITHM_COSIGNATURE_V1;
 
 /// The first line of every cosigned message (domain separation).
 const COSIGNATURE_HEADER: &str = "cosignature/v1";

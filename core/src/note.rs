@@ -28,6 +28,11 @@ use crate::merkle::MerkleHash;
 /// The algorithm byte of Ed25519 keys in key ids and key encodings.
 pub(crate) const ALGORITHM_ED25519: u8 = 0x01;
 
+/// The signed-note signature type of Ed25519 cosignature/v1 keys (the
+/// witnesses' keys, `crate::cosignature`). Defined here with the other
+/// signature types, so the note parser needs nothing from above it.
+pub const ALGORITHM_COSIGNATURE_V1: u8 = 0x04;
+
 /// The prefix of an encoded signer key.
 pub(crate) const SIGNER_KEY_PREFIX: &str = "PRIVATE+KEY+";
 
@@ -173,7 +178,6 @@ pub(crate) fn parse_key_parts_of(
 /// Why a `kind` key of signature type `found` is not of the `expected`
 /// type, in words naming where such a key goes.
 fn algorithm_mismatch(kind: &str, found: u8, expected: u8) -> String {
-    use crate::cosignature::ALGORITHM_COSIGNATURE_V1;
     match (kind, found, expected) {
         ("verifier", ALGORITHM_COSIGNATURE_V1, ALGORITHM_ED25519) => {
             "this is a witness's cosignature key (algorithm 4), not a log's key: give it with \
