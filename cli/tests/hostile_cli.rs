@@ -801,3 +801,49 @@ fn deep_reconcile_does_not_read_a_huge_sparse_file() -> TestResult {
     std::fs::remove_file(&sparse)?;
     Ok(())
 }
+
+/// Goal: a guest that opens a FIFO in its workspace (waiting in the host
+/// for a writer or a reader that never comes, where no epoch check
+/// reaches it) is still ended by `--timeout`, and the run is recorded with
+/// outcome `timeout`; the session runs on. Method: a real FIFO placed in
+/// the workspace from outside, a guest opening it for reading and one for
+/// writing under a 1 s timeout; each `exec` runs under a 60 s deadline
+/// that would catch a hang (before the fix the first never returned).
+#[test]
+fn a_guest_opening_a_fifo_is_ended_by_its_timeout_and_recorded() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    let fifo = root.join("workspaces").join(&id).join("pipe");
+    mkfifo(&fifo);
+    let guests = [
+        "print(open('/app/pipe').read())",
+        "open('/app/pipe', 'w').write('x' * 100000)",
+    ];
+    for code in guests {
+        let output = sandlog(&root)
+            .args(["--json", "exec", &id, "--timeout", "1s", "--code", code])
+            .timeout(std::time::Duration::from_secs(60))
+            .output()?;
+        assert_eq!(output.status.code(), Some(5), "{code}: {}", stderr(&output));
+        let record: Value = serde_json::from_slice(&output.stdout)?;
+        assert_eq!(record["outcome"], "timeout", "{code}: {record}");
+    }
+    let log = sandlog(&root)
+        .args([
+            "--json",
+            "log",
+            "--session",
+            &id,
+            "--kind",
+            "session.executed",
+        ])
+        .output()?;
+    let executed = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|line| line.contains("\"timeout\""))
+        .count();
+    assert_eq!(executed, 2, "{}", String::from_utf8_lossy(&log.stdout));
+    std::fs::remove_file(&fifo)?;
+    assert_usable(&root);
+    Ok(())
+}
