@@ -83,9 +83,11 @@ pub struct ReconcileReport {
     pub failed_intents: Vec<crate::lifecycle::FailedIntent>,
 }
 
-/// The hash `reconcile --deep` gives a file it did not read because of
-/// its bounds (see [`Engine::deep_hashes`]): all zeros, which no content
-/// hashes to, so the file is reported changed (`actual` all zeros).
+/// The hash of a file whose bytes were not read: all zeros, which no
+/// content hashes to. `reconcile --deep` gives it to a file left unread by
+/// its bounds (see [`Engine::deep_hashes`]), so the file is reported
+/// changed (`actual` all zeros); a scan records it in the `file.written`
+/// of a file it may not read (reason `unreadable`).
 pub const NOT_HASHED: Hash = Hash([0; 32]);
 
 impl Engine {
