@@ -241,6 +241,19 @@ pub enum EventStoreError {
         /// The size asked for.
         size: u64,
     },
+    /// The store was opened read-only (its directory cannot be written:
+    /// read-only media, or another user's root) and the call must write.
+    /// Nothing was written.
+    #[error(
+        "{} is open read-only (its directory cannot be written: read-only media or \
+         another user's root), and this command must write: run it where the root is \
+         writable (verify, log, files cat, report and evidence export work read-only)",
+        path.display()
+    )]
+    ReadOnly {
+        /// The database file.
+        path: std::path::PathBuf,
+    },
     /// An import (see [`crate::import`]) was aimed at a store that already
     /// holds a log or blobs. Nothing was written.
     #[error(
@@ -305,6 +318,7 @@ impl EventStoreError {
             Self::InvalidConsumer { .. } => "invalid_consumer",
             Self::CheckpointCorrupt { .. } => "integrity",
             Self::ImportTargetNotEmpty { .. } => "not_empty",
+            Self::ReadOnly { .. } => "read_only",
             Self::ReplicaAhead { .. } => "integrity",
         }
     }
@@ -331,7 +345,9 @@ impl EventStoreError {
             | Self::ReplicaAhead { .. } => ErrorClass::Integrity,
             Self::InvalidConsumer { .. } => ErrorClass::BadInput,
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
-            Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
+            Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } | Self::ReadOnly { .. } => {
+                ErrorClass::Refused
+            }
             Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
             Self::Sqlite(error) if error.is_corrupt() => ErrorClass::Integrity,
             #[cfg(feature = "postgres")]

@@ -172,7 +172,7 @@ impl std::fmt::Debug for Engine {
 /// The node name for a root: `given` (checked), else the root's
 /// [`NODE_FILE`], else the host name made a valid name. The file is
 /// written when missing, so the name stays with the root.
-fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
+fn resolve_node(root: &Path, given: Option<&str>, read_only: bool) -> Result<String> {
     let file = root.join(NODE_FILE);
     let stored = match std::fs::read_to_string(&file) {
         Ok(text) => Some(text),
@@ -201,7 +201,7 @@ fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
             sandlog_core::node::node_name_from(&host.nodename().to_string_lossy())
         }
     };
-    if stored.is_none() {
+    if stored.is_none() && !read_only {
         // Written aside and renamed: a reader sees no file or a whole one.
         let aside = root.join(format!(".{NODE_FILE}.{}", uuid::Uuid::new_v4()));
         std::fs::write(&aside, format!("{name}\n"))
@@ -209,6 +209,15 @@ fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
             .map_err(RuntimeError::io(format!("writing {}", file.display())))?;
     }
     Ok(name)
+}
+
+/// Whether this process may create files in `root` and write its
+/// database (`access(2)`: `EROFS` on read-only media, `EACCES` for another
+/// user's root).
+fn writable(root: &Path) -> bool {
+    use rustix::fs::{Access, access};
+    let database = root.join(crate::layout::DATABASE_FILE);
+    access(root, Access::WRITE_OK).is_ok() && access(&database, Access::WRITE_OK).is_ok()
 }
 
 fn create_dir(path: &Path) -> Result<()> {
@@ -338,12 +347,20 @@ impl Engine {
             }
             (_, true) => {}
         }
-        create_dir(&layout.workspaces)?;
+        // A root this process cannot write (read-only media, another
+        // user's root) is opened for inspection only.
+        let read_only = !writable(root);
+        if read_only {
+            tracing::info!(root = %root.display(), "the root cannot be written; opened read-only");
+        } else {
+            create_dir(&layout.workspaces)?;
+        }
         let mut open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability)
             .on_upgrade(options.on_upgrade.clone());
         open_options.create = false;
+        open_options.read_only = read_only;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
         let report =
@@ -431,7 +448,7 @@ impl Engine {
         shared: Option<Box<dyn sandlog_eventstore::Backend>>,
         options: EngineOptions,
     ) -> Result<Engine> {
-        let node = resolve_node(&layout.root, options.node.as_deref())?;
+        let node = resolve_node(&layout.root, options.node.as_deref(), store.is_read_only())?;
         let engine = Engine {
             layout,
             store,
@@ -444,7 +461,7 @@ impl Engine {
             metrics: crate::metrics::Metrics::new(),
             health_options: Mutex::new(crate::health::HealthOptions::default()),
         };
-        if engine.options.finish_intents_on_open {
+        if engine.options.finish_intents_on_open && !engine.store.is_read_only() {
             // An intent that cannot be finished is recorded and left
             // pending; it must not keep the whole root from opening.
             match engine.finish_pending_intents() {
@@ -668,12 +685,28 @@ impl Engine {
     /// Takes the session's shared lease and writer lock, then reads the
     /// session with `load`, which fails with `SessionNotActive` unless it
     /// is active.
+    /// Refuses, before anything is done, a call that must write on a root
+    /// opened read-only.
+    pub(crate) fn require_writable(&self) -> Result<()> {
+        if self.store.is_read_only() {
+            return Err(RuntimeError::Store(
+                sandlog_eventstore::EventStoreError::ReadOnly {
+                    path: self.layout.database.clone(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     fn hold_with<T>(
         &self,
         session_id: SessionId,
         wait: Duration,
         load: impl FnOnce(&Engine) -> Result<T>,
     ) -> Result<(crate::lease::WriterHold, T)> {
+        // A read-only root can record nothing: refused before a guest or
+        // a command runs, so nothing runs unrecorded.
+        self.require_writable()?;
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;

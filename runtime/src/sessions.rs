@@ -147,6 +147,7 @@ impl Engine {
     /// limit, mount or context path, or context files past the size
     /// limit, fail with nothing created.
     pub fn create_session_with(&self, new: NewSession) -> Result<SessionSummary> {
+        self.require_writable()?;
         check_labels(&new.labels)?;
         if let Some(group) = &new.group {
             check_group(group)?;

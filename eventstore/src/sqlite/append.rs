@@ -79,7 +79,13 @@ pub(crate) fn insert_event(
 }
 
 impl EventStore {
-    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+    /// Refuses a write on a store opened read-only, or poisoned.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(EventStoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        }
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(EventStoreError::Poisoned);
         }

@@ -267,6 +267,11 @@ pub struct OpenOptions {
     pub create: bool,
     /// Told when opening upgrades an existing file's schema.
     pub on_upgrade: Option<UpgradeObserver>,
+    /// Open without writing anything, for a root that cannot be written
+    /// (read-only media, another user's root): the file must exist with a
+    /// current schema, and every write is refused with
+    /// [`EventStoreError::ReadOnly`].
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -277,6 +282,7 @@ impl Default for OpenOptions {
             busy_timeout: BUSY_TIMEOUT_DEFAULT,
             create: true,
             on_upgrade: None,
+            read_only: false,
         }
     }
 }
@@ -456,6 +462,8 @@ pub struct EventStore {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hook: Option<Arc<dyn AppendHook>>,
     pub(crate) poisoned: AtomicBool,
+    /// Opened with [`OpenOptions::read_only`]: every write is refused.
+    pub(crate) read_only: bool,
     pub(crate) frontier: crate::merkle::FrontierCache,
     /// Nanoseconds spent growing the Merkle tree inside appends since
     /// open (see [`EventStore::merkle_time`]).
@@ -471,6 +479,37 @@ impl std::fmt::Debug for EventStore {
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
+}
+
+/// A connection that can never write, for a store opened read-only. When
+/// no write-ahead log file is beside the database, no process has it open
+/// for writing (a writer keeps one), and without the right to create its
+/// shared-memory file SQLite could not open it in WAL mode at all: it is
+/// then opened `immutable`, which reads the file as it is, without locks.
+fn open_read_only_connection(path: &Path) -> Result<Connection> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let immutable = !Path::new(&wal).exists();
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str(if immutable {
+        "?mode=ro&immutable=1"
+    } else {
+        "?mode=ro"
+    });
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let connection =
+        Connection::open_with_flags(&uri, flags).map_err(|error| not_a_database(path, error))?;
+    connection.execute_batch("PRAGMA query_only = ON;")?;
+    Ok(connection)
 }
 
 fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<Connection> {
@@ -520,6 +559,34 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
          PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES};"
     ))?;
     Ok(())
+}
+
+/// Why a file opened read-only cannot be used as it is (foreign, too new,
+/// or needing an upgrade it cannot be given), or `None`.
+fn schema_unwritable(connection: &Connection, path: &Path) -> Result<Option<String>> {
+    let application_id: i64 = connection
+        .query_row("PRAGMA application_id", [], |row| row.get(0))
+        .map_err(|error| not_a_database(path, error))?;
+    let user_version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if application_id != APPLICATION_ID {
+        return Err(EventStoreError::ForeignDatabase {
+            path: path.to_owned(),
+            application_id,
+        });
+    }
+    if user_version > SCHEMA_VERSION {
+        return Err(EventStoreError::SchemaTooNew {
+            path: path.to_owned(),
+            found: user_version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok((user_version < SCHEMA_VERSION).then(|| {
+        format!(
+            "its schema (version {user_version}) needs an upgrade to version {SCHEMA_VERSION}, \
+             which a read-only root cannot be given: open it once where it is writable"
+        )
+    }))
 }
 
 /// Checks the file's identity and brings its schema up to date.
@@ -653,6 +720,9 @@ impl EventStore {
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             });
         }
+        if options.read_only {
+            return EventStore::open_read_only(path, options);
+        }
         let mut writer = open_connection(path, &options, options.create)?;
         // Identity and schema before configuration: a foreign file is
         // refused before anything (even WAL mode) is written to it.
@@ -678,10 +748,43 @@ impl EventStore {
             clock: options.clock,
             hook: None,
             poisoned: AtomicBool::new(false),
+            read_only: false,
             frontier: crate::merkle::FrontierCache::default(),
             merkle_nanos: std::sync::atomic::AtomicU64::new(0),
             map_nanos: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// [`EventStore::open`] with [`OpenOptions::read_only`]: both
+    /// connections read-only, the schema checked but never upgraded.
+    fn open_read_only(path: &Path, options: OpenOptions) -> Result<EventStore> {
+        let writer = open_read_only_connection(path)?;
+        writer.execute_batch(&format!("PRAGMA cache_size = -{CACHE_SIZE_KIB};"))?;
+        if let Some(reason) = schema_unwritable(&writer, path)? {
+            return Err(EventStoreError::Io {
+                context: format!("opening {} read-only", path.display()),
+                source: std::io::Error::other(reason),
+            });
+        }
+        let reader = open_read_only_connection(path)?;
+        reader.execute_batch(&format!("PRAGMA cache_size = -{CACHE_SIZE_KIB};"))?;
+        Ok(EventStore {
+            path: path.to_owned(),
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+            clock: options.clock,
+            hook: None,
+            poisoned: AtomicBool::new(false),
+            read_only: true,
+            frontier: crate::merkle::FrontierCache::default(),
+            merkle_nanos: std::sync::atomic::AtomicU64::new(0),
+            map_nanos: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the store was opened read-only (every write is refused).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Installs the append hook (replacing any other).
@@ -710,10 +813,7 @@ impl EventStore {
     /// pre-append version read would wait. Begin a transaction on it to
     /// read one consistent snapshot.
     pub fn open_read_only_connection(&self) -> Result<Connection> {
-        let connection = Connection::open_with_flags(
-            &self.path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        let connection = open_read_only_connection(&self.path)?;
         connection.busy_timeout(BUSY_TIMEOUT_DEFAULT)?;
         Ok(connection)
     }
@@ -758,7 +858,7 @@ impl EventStore {
     where
         E: From<EventStoreError>,
     {
-        self.check_not_poisoned()?;
+        self.check_writable()?;
         let mut connection = self.lock_writer();
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)

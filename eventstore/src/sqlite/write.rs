@@ -139,7 +139,7 @@ impl EventStore {
     where
         E: From<EventStoreError>,
     {
-        self.check_not_poisoned()?;
+        self.check_writable()?;
         let mut connection = self.lock_writer();
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)

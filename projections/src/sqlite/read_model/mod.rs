@@ -113,6 +113,22 @@ pub fn install_observed(
 ) -> Result<CatchUpReport> {
     let mut report = CatchUpReport::default();
     let found = store.with_reader(checkpoint)?;
+    if store.is_read_only() {
+        // Nothing may be written: read models that are current and caught
+        // up are read as they are; others cannot be brought up to date.
+        let head = store.head()?.position;
+        return match found {
+            Some((position, _)) if is_current(found) && position >= head => Ok(report),
+            _ => Err(sandlog_eventstore::EventStoreError::Io {
+                context: format!("opening {} read-only", store.path().display()),
+                source: std::io::Error::other(
+                    "its read models are behind the log or of another version, and a \
+                     read-only root cannot catch them up: open it once where it is writable",
+                ),
+            }
+            .into()),
+        };
+    }
     if !is_current(found) {
         if let Some((_, version)) = found {
             tracing::info!(
