@@ -15,6 +15,9 @@ mod eventstore;
 /// Evidence: restore at every position, SIGKILL while keeping evidence,
 /// erasure, holds, forks.
 mod evidence;
+/// Every parser of outside input without a server, fuzzed from the seed
+/// corpus in `tests/fuzz/corpus/`.
+mod fuzz;
 /// Sessions created with a task's group, size limit, read-only data and
 /// context files.
 mod groups;
