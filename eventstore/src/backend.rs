@@ -79,8 +79,10 @@ pub trait Backend: Send + Sync {
 
 /// Why a [`Backend::write_unit`] did not commit: the store failed, or the
 /// caller said no.
-pub(crate) enum Unwritten {
+pub enum Unwritten {
+    /// The store failed.
     Store(EventStoreError),
+    /// The caller's closure said not to commit.
     Declined,
 }
 
@@ -92,7 +94,7 @@ impl From<EventStoreError> for Unwritten {
 
 impl Unwritten {
     /// A write's outcome as [`Backend::write_unit`] returns it.
-    pub(crate) fn outcome(outcome: std::result::Result<(), Unwritten>) -> Result<bool> {
+    pub fn outcome(outcome: std::result::Result<(), Unwritten>) -> Result<bool> {
         match outcome {
             Ok(()) => Ok(true),
             Err(Unwritten::Declined) => Ok(false),
@@ -101,7 +103,7 @@ impl Unwritten {
     }
 
     /// `f`'s answer as a write closure's result.
-    pub(crate) fn decide(commit: Result<bool>) -> std::result::Result<(), Unwritten> {
+    pub fn decide(commit: Result<bool>) -> std::result::Result<(), Unwritten> {
         match commit {
             Ok(true) => Ok(()),
             Ok(false) => Err(Unwritten::Declined),

@@ -26,9 +26,9 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const ZSTD_LEVEL: i32 = 3;
 
 /// A chunk's bytes as given.
-pub(crate) const CODEC_RAW: i64 = 0;
+pub const CODEC_RAW: i64 = 0;
 /// A chunk's bytes as one zstd frame.
-pub(crate) const CODEC_ZSTD: i64 = 1;
+pub const CODEC_ZSTD: i64 = 1;
 
 /// What storing a blob did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub struct BlobTotals {
 }
 
 /// Fills `buffer` from `reader` as far as it goes; returns how much.
-pub(crate) fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+pub fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buffer.len() {
         let Some(rest) = buffer.get_mut(filled..) else {
@@ -107,7 +107,7 @@ pub(crate) fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<
 }
 
 /// Compresses one chunk, or keeps it raw when that is not smaller.
-pub(crate) fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
+pub fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
     let compressed =
         zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| EventStoreError::Io {
             context: "compressing a blob chunk".into(),
@@ -124,7 +124,7 @@ pub(crate) fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
 /// Pure, shared by every backend. The error is what the bytes hash to
 /// (the zero hash when they cannot even be decoded), for
 /// [`EventStoreError::BlobCorrupt`].
-pub(crate) fn decode_chunk(
+pub fn decode_chunk(
     codec: i64,
     raw_len: i64,
     chunk_hash: &[u8],

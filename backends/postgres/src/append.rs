@@ -1,4 +1,4 @@
-//! Appending on PostgreSQL: the rules of [`crate::batch`] (expected
+//! Appending on PostgreSQL: the rules of [`sandlog_eventstore::batch`] (expected
 //! versions, idempotent retries by event id, gapless positions, the hash
 //! chain, `recorded_at` never going backwards, the Merkle nodes in the same
 //! transaction), under the append lock.
@@ -8,16 +8,16 @@ use std::collections::HashMap;
 use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp};
 
-use crate::batch::{
+use sandlog_eventstore::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
-use crate::blobs::{BlobPut, ErasedBlob};
-use crate::error::{EventStoreError, Result};
-use crate::merkle::nodes_to_store;
-use crate::types::{ExpectedVersion, Head};
+use sandlog_eventstore::blobs::{BlobPut, ErasedBlob};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::nodes_to_store;
+use sandlog_eventstore::types::{ExpectedVersion, Head};
 
-use super::read::envelope_from_row_at;
-use super::{APPEND_ATTEMPTS_MAX, PgEventStore, Session, to_i64};
+use crate::read::envelope_from_row_at;
+use crate::{APPEND_ATTEMPTS_MAX, PgEventStore, Session, to_i64};
 
 /// The events and the Merkle nodes they complete, in one statement (one
 /// round trip): both from arrays, one element per row.
@@ -84,11 +84,11 @@ impl PgWrite<'_, '_, '_> {
     /// Stores `bytes` as a blob in this transaction (see
     /// [`PgEventStore::put_blob`]).
     pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobPut> {
-        super::blobs::put_in(self.session, bytes, self.store.clock.now())
+        crate::blobs::put_in(self.session, bytes, self.store.clock.now())
     }
 }
 
-impl crate::backend::UnitOfWork for PgWrite<'_, '_, '_> {
+impl sandlog_eventstore::backend::UnitOfWork for PgWrite<'_, '_, '_> {
     fn append(
         &mut self,
         stream: StreamId,
@@ -109,16 +109,16 @@ impl crate::backend::UnitOfWork for PgWrite<'_, '_, '_> {
         size_max: u64,
     ) -> Result<BlobPut> {
         let now = self.store.clock.now();
-        super::blobs::put_from_in(self.session, reader, expected, size_max, now)
+        crate::blobs::put_from_in(self.session, reader, expected, size_max, now)
     }
 
     fn erase_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
         let now = self.store.clock.now();
-        super::blobs::erase_in(self.session, hash, now)
+        crate::blobs::erase_in(self.session, hash, now)
     }
 
     fn remove_blob(&mut self, hash: &Hash) -> Result<Option<ErasedBlob>> {
-        super::blobs::remove_in(self.session, hash)
+        crate::blobs::remove_in(self.session, hash)
     }
 }
 
@@ -163,8 +163,8 @@ impl PgEventStore {
         let mut attempt = 1;
         loop {
             match self.append_once(batch) {
-                Err(EventStoreError::Postgres(error))
-                    if super::classify::is_retryable(&error) && attempt < APPEND_ATTEMPTS_MAX =>
+                Err(EventStoreError::Backend(error))
+                    if error.retryable && attempt < APPEND_ATTEMPTS_MAX =>
                 {
                     tracing::debug!(%error, attempt, "append lost a race; retrying");
                     self.frontier.clear();
@@ -227,7 +227,7 @@ impl PgEventStore {
             };
             let value = f(&mut write)?;
             // The map of stream heads, once per commit, as on SQLite.
-            super::map::commit(write.session, &write.tail.appended)?;
+            crate::map::commit(write.session, &write.tail.appended)?;
             Ok((value, write.tail.frontier))
         });
         match outcome {
@@ -283,7 +283,7 @@ impl PgEventStore {
             Some(frontier) if frontier.size() == size => frontier,
             _ => match self.frontier.take_if(size) {
                 Some(frontier) => frontier,
-                None => super::read::load_frontier(session, size)?,
+                None => crate::read::load_frontier(session, size)?,
             },
         };
         let frontier = tail.frontier.insert(frontier);

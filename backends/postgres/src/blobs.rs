@@ -1,18 +1,19 @@
-//! Blobs on PostgreSQL: the chunk format of [`crate::blobs`] (chunks of at
+//! Blobs on PostgreSQL: the chunk format of [`sandlog_eventstore::blobs`] (chunks of at
 //! most [`CHUNK_BYTES`], zstd or raw, each with the blake3 of its raw
 //! bytes), in `blob_index` and `blob_chunks`.
 
+use crate::PgResult;
 use std::io::Write as IoWrite;
 
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
 
-use crate::blobs::{
+use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, decode_chunk, encode, fill,
 };
-use crate::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result};
 
-use super::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
+use crate::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
 
 fn to_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
@@ -26,9 +27,9 @@ fn state_in(session: &mut Session<'_>, hash: &Hash) -> Result<BlobState> {
     let Some(row) = row else {
         return Ok(BlobState::Missing);
     };
-    let size: i64 = row.try_get(0)?;
-    let stored: i64 = row.try_get(1)?;
-    let erased_at: Option<i64> = row.try_get(2)?;
+    let size: i64 = row.try_get(0).pg()?;
+    let stored: i64 = row.try_get(1).pg()?;
+    let erased_at: Option<i64> = row.try_get(2).pg()?;
     Ok(match erased_at {
         Some(erased_at) => BlobState::Erased {
             size: to_u64(size),
@@ -54,7 +55,7 @@ fn copy_chunks(
         "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks WHERE hash = $1 ORDER BY seq",
     )?;
     let key = hash.0.as_slice();
-    let portal = session.transaction.bind(&statement, &[&key])?;
+    let portal = session.transaction.bind(&statement, &[&key]).pg()?;
     let corrupt = |actual: Hash| EventStoreError::BlobCorrupt {
         hash: *hash,
         actual,
@@ -63,15 +64,15 @@ fn copy_chunks(
     let mut written = 0u64;
     let mut expected_seq = 0i64;
     loop {
-        let rows = session.transaction.query_portal(&portal, 1)?;
+        let rows = session.transaction.query_portal(&portal, 1).pg()?;
         let Some(row) = rows.first() else {
             break;
         };
-        let seq: i64 = row.try_get(0)?;
-        let codec: i64 = row.try_get(1)?;
-        let raw_len: i64 = row.try_get(2)?;
-        let chunk_hash: &[u8] = row.try_get(3)?;
-        let data: &[u8] = row.try_get(4)?;
+        let seq: i64 = row.try_get(0).pg()?;
+        let codec: i64 = row.try_get(1).pg()?;
+        let raw_len: i64 = row.try_get(2).pg()?;
+        let chunk_hash: &[u8] = row.try_get(3).pg()?;
+        let data: &[u8] = row.try_get(4).pg()?;
         if seq != expected_seq {
             return Err(corrupt(Hash::GENESIS));
         }
@@ -153,24 +154,24 @@ pub(crate) fn put_from_in(
         Some(hash) => hash.0.to_vec(),
         None => pending.to_vec(),
     };
-    session.transaction.batch_execute("SAVEPOINT blob_put")?;
+    session.transaction.batch_execute("SAVEPOINT blob_put").pg()?;
     match put_chunks(session, reader, expected, size_max, &key, now) {
         Ok(put) if put.deduplicated => {
             session
                 .transaction
-                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")?;
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put").pg()?;
             Ok(put)
         }
         Ok(put) => {
             session
                 .transaction
-                .batch_execute("RELEASE SAVEPOINT blob_put")?;
+                .batch_execute("RELEASE SAVEPOINT blob_put").pg()?;
             Ok(put)
         }
         Err(error) => {
             session
                 .transaction
-                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")?;
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put").pg()?;
             Err(error)
         }
     }
@@ -292,9 +293,9 @@ fn delete_chunks(session: &mut Session<'_>, hash: &Hash) -> Result<Option<Erased
     let Some(row) = row else {
         return Ok(None);
     };
-    let size: i64 = row.try_get(0)?;
-    let stored: i64 = row.try_get(1)?;
-    let erased_at: Option<i64> = row.try_get(2)?;
+    let size: i64 = row.try_get(0).pg()?;
+    let stored: i64 = row.try_get(1).pg()?;
+    let erased_at: Option<i64> = row.try_get(2).pg()?;
     session.execute(
         "DELETE FROM blob_chunks WHERE hash = $1",
         &[&hash.0.as_slice()],
@@ -383,10 +384,10 @@ impl PgEventStore {
                 return Ok(BlobTotals::default());
             };
             Ok(BlobTotals {
-                kept: to_u64(row.try_get(0)?),
-                kept_bytes: to_u64(row.try_get(1)?),
-                stored_bytes: to_u64(row.try_get(2)?),
-                erased: to_u64(row.try_get(3)?),
+                kept: to_u64(row.try_get(0).pg()?),
+                kept_bytes: to_u64(row.try_get(1).pg()?),
+                stored_bytes: to_u64(row.try_get(2).pg()?),
+                erased: to_u64(row.try_get(3).pg()?),
             })
         })
     }
@@ -401,12 +402,12 @@ impl PgEventStore {
             )?;
             rows.iter()
                 .map(|row| {
-                    let bytes: &[u8] = row.try_get(0)?;
+                    let bytes: &[u8] = row.try_get(0).pg()?;
                     let hash = Hash::from_slice(bytes).ok_or_else(|| EventStoreError::Corrupt {
                         position: sandlog_core::Position::ZERO,
                         reason: "a blob address is not 32 bytes".into(),
                     })?;
-                    Ok((hash, row.try_get(1)?))
+                    Ok((hash, row.try_get(1).pg()?))
                 })
                 .collect()
         })

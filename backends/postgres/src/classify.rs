@@ -1,6 +1,6 @@
 //! Classifying PostgreSQL errors by SQLSTATE and constraint name: a lost
 //! race to retry, a full disk, or the database failing. Below the rest of
-//! the backend (and [`crate::error`]), so it depends on nothing of ours.
+//! the backend: it depends on nothing of ours but the shared error type.
 
 use postgres::error::SqlState;
 
@@ -40,8 +40,8 @@ pub(crate) fn is_retryable(error: &postgres::Error) -> bool {
             })
 }
 
-/// [`EventStoreError::class`](crate::EventStoreError::class) of a PostgreSQL error: a lost race is a
-/// conflict to retry; anything else is the database failing.
+/// The class of a PostgreSQL error: a lost race is a conflict to retry;
+/// anything else is the database failing.
 pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
     if is_retryable(error) {
         sandlog_core::ErrorClass::Conflict
@@ -50,11 +50,23 @@ pub(crate) fn error_class(error: &postgres::Error) -> sandlog_core::ErrorClass {
     }
 }
 
-/// [`EventStoreError::kind`](crate::EventStoreError::kind) of a PostgreSQL error.
+/// The stable kind of a PostgreSQL error.
 pub(crate) fn error_kind(error: &postgres::Error) -> &'static str {
     match error.code() {
         Some(code) if *code == SqlState::DISK_FULL => "disk_full",
         _ if is_retryable(error) => "busy",
         _ => "database",
+    }
+}
+
+/// A PostgreSQL error as the shared crates carry it
+/// ([`EventStoreError::Backend`](sandlog_eventstore::EventStoreError::Backend)).
+pub(crate) fn backend_error(error: postgres::Error) -> sandlog_eventstore::BackendError {
+    sandlog_eventstore::BackendError {
+        backend: "PostgreSQL",
+        class: error_class(&error),
+        kind: error_kind(&error),
+        retryable: is_retryable(&error),
+        source: Box::new(error),
     }
 }

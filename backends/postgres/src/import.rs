@@ -1,15 +1,16 @@
-//! [`Portable`] on PostgreSQL: the verbatim copy of [`crate::import`].
+//! [`Portable`] on PostgreSQL: the verbatim copy of [`sandlog_eventstore::import`].
 
+use crate::PgResult;
 use postgres::Row;
 use sandlog_core::Envelope;
 
-use crate::error::{ChainProblem, EventStoreError, Result};
-use crate::import::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
-use crate::merkle::nodes_to_store;
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::import::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
+use sandlog_eventstore::merkle::nodes_to_store;
 
-use super::append::{Nodes, insert_rows};
-use super::read::{load_frontier, read_head};
-use super::{PgEventStore, to_i64};
+use crate::append::{Nodes, insert_rows};
+use crate::read::{load_frontier, read_head};
+use crate::{PgEventStore, to_i64};
 
 fn limit_of(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
@@ -17,32 +18,32 @@ fn limit_of(limit: usize) -> i64 {
 
 fn blob_of(row: &Row) -> Result<BlobRecord> {
     Ok(BlobRecord {
-        hash: row.try_get(0)?,
-        size: row.try_get(1)?,
-        stored: row.try_get(2)?,
-        chunks: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-        erased_at: row.try_get(5)?,
+        hash: row.try_get(0).pg()?,
+        size: row.try_get(1).pg()?,
+        stored: row.try_get(2).pg()?,
+        chunks: row.try_get(3).pg()?,
+        created_at: row.try_get(4).pg()?,
+        erased_at: row.try_get(5).pg()?,
     })
 }
 
 fn chunk_of(row: &Row) -> Result<ChunkRecord> {
     Ok(ChunkRecord {
-        seq: row.try_get(0)?,
-        codec: row.try_get(1)?,
-        raw_len: row.try_get(2)?,
-        chunk_hash: row.try_get(3)?,
-        data: row.try_get(4)?,
+        seq: row.try_get(0).pg()?,
+        codec: row.try_get(1).pg()?,
+        raw_len: row.try_get(2).pg()?,
+        chunk_hash: row.try_get(3).pg()?,
+        data: row.try_get(4).pg()?,
     })
 }
 
 fn checkpoint_of(row: &Row) -> Result<CheckpointRecord> {
     Ok(CheckpointRecord {
-        id: row.try_get(0)?,
-        size: row.try_get(1)?,
-        root: row.try_get(2)?,
-        note: row.try_get(3)?,
-        recorded_at: row.try_get(4)?,
+        id: row.try_get(0).pg()?,
+        size: row.try_get(1).pg()?,
+        root: row.try_get(2).pg()?,
+        note: row.try_get(3).pg()?,
+        recorded_at: row.try_get(4).pg()?,
     })
 }
 
@@ -51,7 +52,7 @@ impl Portable for PgEventStore {
         self.with_read(|session| {
             let row = session.query_opt("SELECT count(*) FROM blob_index", &[])?;
             let count: i64 = match row {
-                Some(row) => row.try_get(0)?,
+                Some(row) => row.try_get(0).pg()?,
                 None => 0,
             };
             Ok(u64::try_from(count).unwrap_or(0))
@@ -123,7 +124,7 @@ impl Portable for PgEventStore {
                 }
             }
             insert_rows(session, envelopes, &nodes)?;
-            super::map::commit(session, envelopes)?;
+            crate::map::commit(session, envelopes)?;
             Ok(())
         });
         // The cached right edge of the tree (if any) is of an older head.

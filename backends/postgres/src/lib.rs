@@ -1,12 +1,12 @@
 //! The log on PostgreSQL: the same contract as the SQLite store (the
-//! [`Backend`](crate::Backend) trait), for a log shared by many processes
+//! [`Backend`](sandlog_eventstore::Backend) trait), for a log shared by many processes
 //! on many hosts.
 //!
 //! **Same input, same log.** Positions, stream versions, `recorded_at`,
 //! chain hashes, stored Merkle nodes and blob chunks are computed by the
 //! same pure code as SQLite's (`sandlog-core`'s canonical encoding and
-//! RFC 6962 tree; [`crate::batch`]'s rules; [`crate::merkle`]'s stored
-//! levels; [`crate::blobs`]' chunk format), so the same appends with the
+//! RFC 6962 tree; [`sandlog_eventstore::batch`]'s rules; [`sandlog_eventstore::merkle`]'s stored
+//! levels; [`sandlog_eventstore::blobs`]' chunk format), so the same appends with the
 //! same clock give the same hashes, roots and proofs on both backends.
 //!
 //! **Synchronous client.** The engine is synchronous and calls the store
@@ -37,7 +37,8 @@
 //! reopened on the next call; an append whose commit was cut off may or may
 //! not have landed, and retrying it with the same event ids is safe),
 //! serialization failures and deadlocks are retried inside the append and
-//! otherwise retryable, everything else is [`EventStoreError::Postgres`].
+//! otherwise retryable, everything else is [`EventStoreError::Backend`],
+//! classified in `classify.rs`.
 
 mod append;
 mod blobs;
@@ -56,7 +57,7 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use sandlog_core::{Clock, SystemClock};
 
-use crate::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result};
 
 pub use append::PgWrite;
 pub use schema::{MIGRATION_LOCK_KEY, MIGRATIONS, SCHEMA_VERSION};
@@ -156,6 +157,7 @@ impl Session<'_> {
         let statement = self
             .transaction
             .prepare(sql)
+            .pg()
             .map_err(EventStoreError::from)?;
         self.statements.0.insert(sql.to_owned(), statement.clone());
         Ok(statement)
@@ -163,7 +165,7 @@ impl Session<'_> {
 
     pub(crate) fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let statement = self.statement(sql)?;
-        Ok(self.transaction.query(&statement, params)?)
+        Ok(self.transaction.query(&statement, params).pg()?)
     }
 
     pub(crate) fn query_opt(
@@ -172,12 +174,12 @@ impl Session<'_> {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>> {
         let statement = self.statement(sql)?;
-        Ok(self.transaction.query_opt(&statement, params)?)
+        Ok(self.transaction.query_opt(&statement, params).pg()?)
     }
 
     pub(crate) fn execute(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         let statement = self.statement(sql)?;
-        Ok(self.transaction.execute(&statement, params)?)
+        Ok(self.transaction.execute(&statement, params).pg()?)
     }
 }
 
@@ -190,7 +192,7 @@ pub struct PgEventStore {
     reader: Mutex<Option<Conn>>,
     pub(crate) clock: Arc<dyn Clock>,
     lock: AppendLock,
-    pub(crate) frontier: crate::merkle::FrontierCache,
+    pub(crate) frontier: sandlog_eventstore::merkle::FrontierCache,
 }
 
 impl std::fmt::Debug for PgEventStore {
@@ -202,16 +204,42 @@ impl std::fmt::Debug for PgEventStore {
     }
 }
 
-impl From<postgres::Error> for EventStoreError {
+/// A PostgreSQL failure on its way to the shared [`EventStoreError`]
+/// (which cannot name the client): a lost connection is
+/// [`EventStoreError::Io`], anything else [`EventStoreError::Backend`] as
+/// [`classify::backend_error`] classifies it.
+#[derive(Debug)]
+pub struct PgError(postgres::Error);
+
+impl From<postgres::Error> for PgError {
     fn from(error: postgres::Error) -> Self {
+        PgError(error)
+    }
+}
+
+impl From<PgError> for EventStoreError {
+    fn from(PgError(error): PgError) -> Self {
         if is_connection_lost(&error) {
             EventStoreError::Io {
                 context: "the PostgreSQL connection failed".into(),
                 source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, error),
             }
         } else {
-            EventStoreError::Postgres(error)
+            EventStoreError::Backend(classify::backend_error(error))
         }
+    }
+}
+
+/// A `postgres` result with its error as a [`PgError`], which `?` turns
+/// into an [`EventStoreError`].
+pub(crate) trait PgResult<T> {
+    /// The result with its error wrapped.
+    fn pg(self) -> std::result::Result<T, PgError>;
+}
+
+impl<T> PgResult<T> for std::result::Result<T, postgres::Error> {
+    fn pg(self) -> std::result::Result<T, PgError> {
+        self.map_err(PgError)
     }
 }
 
@@ -245,7 +273,8 @@ impl PgEventStore {
     /// application's `events` table, [`EventStoreError::SchemaTooNew`]
     /// when a newer sandlog migrated it.
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PgEventStore> {
-        let config = postgres::Config::from_str(url).map_err(EventStoreError::Postgres)?;
+        let config = postgres::Config::from_str(url)
+            .map_err(|error| EventStoreError::Backend(classify::backend_error(error)))?;
         let database = config
             .get_dbname()
             .or(config.get_user())
@@ -261,7 +290,7 @@ impl PgEventStore {
             reader: Mutex::new(Some(reader)),
             clock: options.clock,
             lock: options.lock,
-            frontier: crate::merkle::FrontierCache::default(),
+            frontier: sandlog_eventstore::merkle::FrontierCache::default(),
         })
     }
 
@@ -290,13 +319,13 @@ impl PgEventStore {
     /// committing if it succeeds.
     pub(crate) fn with_write<T>(&self, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {
         with_conn(&self.writer, &self.config, |conn| {
-            let transaction = conn.client.transaction()?;
+            let transaction = conn.client.transaction().pg()?;
             let mut session = Session {
                 transaction,
                 statements: &mut conn.statements,
             };
             let value = f(&mut session)?;
-            session.transaction.commit()?;
+            session.transaction.commit().pg()?;
             Ok(value)
         })
     }
@@ -311,14 +340,14 @@ impl PgEventStore {
         E: From<EventStoreError>,
     {
         let outcome = with_conn(&self.writer, &self.config, |conn| {
-            let transaction = conn.client.transaction()?;
+            let transaction = conn.client.transaction().pg()?;
             let mut session = Session {
                 transaction,
                 statements: &mut conn.statements,
             };
             match f(&mut session) {
                 Ok(value) => {
-                    session.transaction.commit()?;
+                    session.transaction.commit().pg()?;
                     Ok(Ok(value))
                 }
                 // Dropping the transaction rolls it back.
@@ -376,24 +405,24 @@ pub(crate) fn read_session<T>(
         .build_transaction()
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
-        .start()?;
+        .start().pg()?;
     let mut session = Session {
         transaction,
         statements: &mut conn.statements,
     };
     let value = f(&mut session)?;
-    session.transaction.commit()?;
+    session.transaction.commit().pg()?;
     Ok(value)
 }
 
 fn connect_config(config: &postgres::Config) -> Result<Conn> {
-    let mut client = config.connect(NoTls)?;
+    let mut client = config.connect(NoTls).pg()?;
     // Every statement is planned with its parameters. A cached generic
     // plan is made once, early: on a young log whose tables the planner
     // sees as empty, it picks sequential scans and keeps them as the log
     // grows (the id lookup of every append then reads the whole table).
     // The store's statements are point lookups, cheap to plan.
-    client.batch_execute("SET plan_cache_mode = force_custom_plan")?;
+    client.batch_execute("SET plan_cache_mode = force_custom_plan").pg()?;
     Ok(Conn {
         client,
         statements: StatementCache::default(),
@@ -433,7 +462,7 @@ pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64> {
         .map_err(|_| EventStoreError::InvalidBatch(format!("{what} {value} is out of range")))
 }
 
-impl crate::Backend for PgEventStore {
+impl sandlog_eventstore::Backend for PgEventStore {
     fn name(&self) -> String {
         format!("PostgreSQL database {}", self.database)
     }
@@ -441,7 +470,7 @@ impl crate::Backend for PgEventStore {
     fn append(
         &self,
         stream: sandlog_core::StreamId,
-        expected: crate::ExpectedVersion,
+        expected: sandlog_eventstore::ExpectedVersion,
         events: &[sandlog_core::NewEvent],
     ) -> Result<Vec<sandlog_core::Envelope>> {
         PgEventStore::append(self, stream, expected, events)
@@ -451,18 +480,18 @@ impl crate::Backend for PgEventStore {
         &self,
         batch: &[(
             sandlog_core::StreamId,
-            crate::ExpectedVersion,
+            sandlog_eventstore::ExpectedVersion,
             Vec<sandlog_core::NewEvent>,
         )],
     ) -> Result<Vec<sandlog_core::Envelope>> {
         PgEventStore::append_batch(self, batch)
     }
 
-    fn query_page(&self, filter: &crate::LogFilter) -> Result<Vec<sandlog_core::Envelope>> {
+    fn query_page(&self, filter: &sandlog_eventstore::LogFilter) -> Result<Vec<sandlog_core::Envelope>> {
         PgEventStore::query_page(self, filter)
     }
 
-    fn head(&self) -> Result<crate::Head> {
+    fn head(&self) -> Result<sandlog_eventstore::Head> {
         PgEventStore::head(self)
     }
 
@@ -473,7 +502,7 @@ impl crate::Backend for PgEventStore {
         PgEventStore::stream_version(self, stream)
     }
 
-    fn verify(&self, digest: Option<crate::Digest>) -> Result<crate::VerifyReport> {
+    fn verify(&self, digest: Option<sandlog_eventstore::Digest>) -> Result<sandlog_eventstore::VerifyReport> {
         PgEventStore::verify(self, digest)
     }
 
@@ -485,7 +514,7 @@ impl crate::Backend for PgEventStore {
         PgEventStore::get_blob(self, hash)
     }
 
-    fn blob_state(&self, hash: &sandlog_core::Hash) -> Result<crate::BlobState> {
+    fn blob_state(&self, hash: &sandlog_core::Hash) -> Result<sandlog_eventstore::BlobState> {
         PgEventStore::blob_state(self, hash)
     }
 
@@ -493,7 +522,7 @@ impl crate::Backend for PgEventStore {
         &self,
         hash: &sandlog_core::Hash,
         out: &mut dyn std::io::Write,
-    ) -> Result<crate::BlobState> {
+    ) -> Result<sandlog_eventstore::BlobState> {
         PgEventStore::read_blob(self, hash, out)
     }
 
@@ -513,7 +542,7 @@ impl crate::Backend for PgEventStore {
         PgEventStore::inclusion_proof(self, position, size)
     }
 
-    fn blob_totals(&self) -> Result<crate::BlobTotals> {
+    fn blob_totals(&self) -> Result<sandlog_eventstore::BlobTotals> {
         PgEventStore::blob_totals(self)
     }
 
@@ -523,9 +552,9 @@ impl crate::Backend for PgEventStore {
 
     fn write_unit(
         &self,
-        f: &mut dyn FnMut(&mut dyn crate::UnitOfWork) -> Result<bool>,
+        f: &mut dyn FnMut(&mut dyn sandlog_eventstore::UnitOfWork) -> Result<bool>,
     ) -> Result<bool> {
-        use crate::backend::Unwritten;
+        use sandlog_eventstore::backend::Unwritten;
         Unwritten::outcome(PgEventStore::write(self, |write| {
             Unwritten::decide(f(write))
         }))

@@ -2,15 +2,16 @@
 //! as the SQLite file's (see `crate::sqlite::map`), written in the append's
 //! transaction under the append lock.
 
+use crate::PgResult;
 use std::cell::RefCell;
 
 use sandlog_core::Envelope;
 use sandlog_core::map::{self, MapNode, MapNodes, NodePath};
 use sandlog_core::merkle::MerkleHash;
 
-use super::{PgEventStore, Session, to_i64};
-use crate::error::{EventStoreError, Result};
-use crate::merkle::{head_changes, map_node_columns, map_node_from_columns};
+use crate::{PgEventStore, Session, to_i64};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
 
 /// The map as of tree size `size`, read in one session.
 struct PgMap<'s, 't> {
@@ -28,9 +29,9 @@ impl MapNodes for PgMap<'_, '_> {
             &[&i64::from(path.depth), &path.prefix(), &self.size],
         )?;
         row.map(|row| {
-            let kind: i64 = row.try_get(0)?;
-            let a: &[u8] = row.try_get(1)?;
-            let b: &[u8] = row.try_get(2)?;
+            let kind: i64 = row.try_get(0).pg()?;
+            let a: &[u8] = row.try_get(1).pg()?;
+            let b: &[u8] = row.try_get(2).pg()?;
             map_node_from_columns(path.depth, kind, a, b)
         })
         .transpose()
@@ -103,10 +104,10 @@ pub(crate) fn rebuild(session: &mut Session<'_>) -> Result<MerkleHash> {
     let mut changes = Vec::with_capacity(rows.len());
     let mut head = 0u64;
     for row in &rows {
-        let stream: &str = row.try_get(0)?;
-        let version: i64 = row.try_get(1)?;
-        let position: i64 = row.try_get(2)?;
-        let hash: &[u8] = row.try_get(3)?;
+        let stream: &str = row.try_get(0).pg()?;
+        let version: i64 = row.try_get(1).pg()?;
+        let position: i64 = row.try_get(2).pg()?;
+        let hash: &[u8] = row.try_get(3).pg()?;
         let position = u64::try_from(position).unwrap_or(0);
         head = head.max(position);
         let hash =
@@ -143,7 +144,7 @@ impl PgEventStore {
                 &[&to_i64(size, "tree size")?],
             )?;
             let row = row.ok_or(EventStoreError::NoMapAt { size })?;
-            let root: &[u8] = row.try_get(0)?;
+            let root: &[u8] = row.try_get(0).pg()?;
             let root: [u8; 32] = root
                 .try_into()
                 .map_err(|_| EventStoreError::MerkleDamaged {

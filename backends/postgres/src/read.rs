@@ -1,6 +1,7 @@
 //! Reading on PostgreSQL: the head, stream versions, filtered pages,
 //! the chain walk of `verify`, and the Merkle tree's roots and proofs.
 
+use crate::PgResult;
 use std::cell::RefCell;
 
 use postgres::Row;
@@ -12,17 +13,17 @@ use sandlog_core::{
 };
 use uuid::Uuid;
 
-use crate::chain::{Digest, VerifyReport};
-use crate::error::{ChainProblem, EventStoreError, Result};
-use crate::merkle::{
+use sandlog_eventstore::chain::{Digest, VerifyReport};
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::merkle::{
     STORED_LEVEL_MIN, check_tree_size, leaf_span, missing_node, stored_node_hash, subtree_of_events,
 };
-use crate::read::{LogFilter, PAGE_EVENTS};
-use crate::types::Head;
+use sandlog_eventstore::read::{LogFilter, PAGE_EVENTS};
+use sandlog_eventstore::types::Head;
 
-use super::{PgEventStore, Session, read_session, to_i64};
+use crate::{PgEventStore, Session, read_session, to_i64};
 
-pub(crate) use crate::read::ENVELOPE_COLUMNS;
+pub(crate) use sandlog_eventstore::read::ENVELOPE_COLUMNS;
 
 /// Rows fetched per round trip by `verify`'s walk: enough that the round
 /// trips vanish against the hashing, few enough that a batch of maximal
@@ -165,7 +166,7 @@ pub(crate) fn read_stream_version(
 }
 
 /// Reads tree nodes in one transaction, recomputing the levels below
-/// [`STORED_LEVEL_MIN`] from the events (as [`crate::merkle`] does on
+/// [`STORED_LEVEL_MIN`] from the events (as [`sandlog_eventstore::merkle`] does on
 /// SQLite).
 struct PgNodes<'s, 't> {
     session: RefCell<&'s mut Session<'t>>,
@@ -369,12 +370,12 @@ impl PgEventStore {
             let statement = session.statement(&format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM events ORDER BY position"
             ))?;
-            let portal = session.transaction.bind(&statement, &[])?;
+            let portal = session.transaction.bind(&statement, &[]).pg()?;
             let mut walk = ChainWalk::new(digest);
             loop {
                 let rows = session
                     .transaction
-                    .query_portal(&portal, VERIFY_FETCH_ROWS)?;
+                    .query_portal(&portal, VERIFY_FETCH_ROWS).pg()?;
                 for row in &rows {
                     walk.row(row)?;
                 }
@@ -419,7 +420,7 @@ impl PgEventStore {
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
             let index =
-                crate::merkle::inclusion_index(position, size, read_head(session)?.position.0)?;
+                sandlog_eventstore::merkle::inclusion_index(position, size, read_head(session)?.position.0)?;
             merkle::inclusion_proof(
                 &PgNodes {
                     session: RefCell::new(session),
@@ -434,7 +435,7 @@ impl PgEventStore {
     /// `new` events (`old <= new <= head`).
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
-            crate::merkle::check_consistency_sizes(old, new, read_head(session)?.position.0)?;
+            sandlog_eventstore::merkle::check_consistency_sizes(old, new, read_head(session)?.position.0)?;
             merkle::consistency_proof(
                 &PgNodes {
                     session: RefCell::new(session),

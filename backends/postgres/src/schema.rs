@@ -10,11 +10,12 @@
 //! column: integers are BIGINT, blobs BYTEA, `recorded_at` microseconds
 //! since the Unix epoch (the value hashed, so it must round-trip exactly).
 
+use crate::PgResult;
 use std::path::PathBuf;
 
 use postgres::Client;
 
-use crate::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result};
 
 /// The advisory lock key schema migrations take ("SnLg" and 2), so two
 /// processes opening a fresh database at once migrate it once.
@@ -138,9 +139,9 @@ fn foreign(database: &str, reason: &str) -> EventStoreError {
 /// date, in one transaction under the migration lock.
 pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
     // Outlives the transaction: the map's rebuild runs in a session.
-    let mut statements = super::StatementCache::default();
-    let mut transaction = client.transaction()?;
-    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])?;
+    let mut statements = crate::StatementCache::default();
+    let mut transaction = client.transaction().pg()?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).pg()?;
     let has_schema_table: bool = transaction
         .query_one(
             "SELECT to_regclass('sandlog_schema') IS NOT NULL, to_regclass('events') IS NOT NULL",
@@ -160,25 +161,25 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
             } else {
                 Ok(schema)
             }
-        })??;
+        }).pg()??;
     if !has_schema_table {
         transaction.batch_execute(
             "CREATE TABLE sandlog_schema (application TEXT NOT NULL, version BIGINT NOT NULL)",
-        )?;
+        ).pg()?;
         transaction.execute(
             "INSERT INTO sandlog_schema (application, version) VALUES ($1, 0)",
             &[&APPLICATION],
-        )?;
+        ).pg()?;
     }
-    let rows = transaction.query("SELECT application, version FROM sandlog_schema", &[])?;
+    let rows = transaction.query("SELECT application, version FROM sandlog_schema", &[]).pg()?;
     let [row] = rows.as_slice() else {
         return Err(foreign(
             database,
             "its sandlog_schema table does not hold exactly one row",
         ));
     };
-    let application: String = row.try_get(0)?;
-    let version: i64 = row.try_get(1)?;
+    let application: String = row.try_get(0).pg()?;
+    let version: i64 = row.try_get(1).pg()?;
     if application != APPLICATION {
         return Err(foreign(
             database,
@@ -203,21 +204,21 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
             database,
             "migrating the PostgreSQL event store schema"
         );
-        transaction.batch_execute(script)?;
+        transaction.batch_execute(script).pg()?;
     }
-    let mut session = super::Session {
+    let mut session = crate::Session {
         transaction,
         statements: &mut statements,
     };
     if version < MAP_SCHEMA_VERSION {
-        let root = super::map::rebuild(&mut session)?;
+        let root = crate::map::rebuild(&mut session)?;
         tracing::info!(root = %root.to_hex(), database, "built the map of stream heads from the log");
     }
     if version < SCHEMA_VERSION {
         session
             .transaction
-            .execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION])?;
+            .execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION]).pg()?;
     }
-    session.transaction.commit()?;
+    session.transaction.commit().pg()?;
     Ok(())
 }

@@ -1,13 +1,14 @@
 //! Queries on which events name which blobs (`rm_blob_refs`): what `gc`
 //! keeps, what `erase` removes and what a legal hold protects.
 
+use crate::store::SqlResult;
 use rusqlite::params;
 use sandlog_core::{Hash, Position, SessionId, WorkspacePath};
-use sandlog_eventstore::EventStore;
+use crate::EventStore;
 
 use super::query::session_id_column;
-use crate::error::{ProjectionError, Result};
-use crate::evidence::BlobRef;
+use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::evidence::BlobRef;
 
 fn hash_column(bytes: &[u8]) -> Result<Hash> {
     Hash::from_slice(bytes)
@@ -15,13 +16,13 @@ fn hash_column(bytes: &[u8]) -> Result<Hash> {
 }
 
 fn ref_from_row(row: &rusqlite::Row<'_>) -> Result<BlobRef> {
-    let hash: Vec<u8> = row.get(0)?;
-    let path: Option<String> = row.get(4)?;
+    let hash: Vec<u8> = row.get(0).sql()?;
+    let path: Option<String> = row.get(4).sql()?;
     Ok(BlobRef {
         hash: hash_column(&hash)?,
         session_id: session_id_column(row, 1)?,
-        position: Position(u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0)),
-        role: row.get(3)?,
+        position: Position(u64::try_from(row.get::<_, i64>(2).sql()?).unwrap_or(0)),
+        role: row.get(3).sql()?,
         path: match path {
             None => None,
             Some(text) => Some(WorkspacePath::parse(&text).map_err(|error| {
@@ -37,10 +38,10 @@ pub fn session_refs(store: &EventStore, session_id: SessionId) -> Result<Vec<Blo
         let mut statement = connection.prepare_cached(
             "SELECT hash, session_id, position, role, path FROM rm_blob_refs \
              WHERE session_key = (SELECT session_key FROM rm_sessions WHERE session_id = ?1) ORDER BY position",
-        )?;
-        let mut rows = statement.query([session_id.to_string()])?;
+        ).sql()?;
+        let mut rows = statement.query([session_id.to_string()]).sql()?;
         let mut refs = Vec::new();
-        while let Some(row) = rows.next()? {
+        while let Some(row) = rows.next().sql()? {
             refs.push(ref_from_row(row)?);
         }
         Ok(refs)
@@ -52,10 +53,10 @@ pub fn refs_to(store: &EventStore, hash: &Hash) -> Result<Vec<BlobRef>> {
     store.with_reader(|connection| {
         let mut statement = connection.prepare_cached(
             "SELECT hash, session_id, position, role, path FROM rm_blob_refs WHERE hash = ?1 ORDER BY position",
-        )?;
-        let mut rows = statement.query([hash.0.as_slice()])?;
+        ).sql()?;
+        let mut rows = statement.query([hash.0.as_slice()]).sql()?;
         let mut refs = Vec::new();
-        while let Some(row) = rows.next()? {
+        while let Some(row) = rows.next().sql()? {
             refs.push(ref_from_row(row)?);
         }
         Ok(refs)
@@ -66,8 +67,8 @@ pub fn refs_to(store: &EventStore, hash: &Hash) -> Result<Vec<BlobRef>> {
 pub fn is_referenced(store: &EventStore, hash: &Hash) -> Result<bool> {
     store.with_reader(|connection| {
         Ok(connection
-            .prepare_cached("SELECT 1 FROM rm_blob_refs WHERE hash = ?1")?
-            .exists([hash.0.as_slice()])?)
+            .prepare_cached("SELECT 1 FROM rm_blob_refs WHERE hash = ?1").sql()?
+            .exists([hash.0.as_slice()]).sql()?)
     })
 }
 
@@ -82,11 +83,11 @@ pub fn expired_blobs(store: &EventStore, position: Position) -> Result<Vec<Hash>
                  ON held.session_key = other.session_key \
                  WHERE other.hash = refs.hash AND held.held IS NOT NULL) \
              ORDER BY refs.hash",
-        )?;
-        let mut rows = statement.query(params![i64::try_from(position.0).unwrap_or(i64::MAX)])?;
+        ).sql()?;
+        let mut rows = statement.query(params![i64::try_from(position.0).unwrap_or(i64::MAX)]).sql()?;
         let mut hashes = Vec::new();
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
+        while let Some(row) = rows.next().sql()? {
+            let bytes: Vec<u8> = row.get(0).sql()?;
             hashes.push(hash_column(&bytes)?);
         }
         Ok(hashes)
@@ -99,11 +100,11 @@ pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(Sess
         let mut statement = connection.prepare_cached(
             "SELECT DISTINCT s.session_id, s.held FROM rm_blob_refs AS r JOIN rm_sessions AS s \
              ON s.session_key = r.session_key WHERE r.hash = ?1 AND s.held IS NOT NULL ORDER BY s.session_id",
-        )?;
-        let mut rows = statement.query([hash.0.as_slice()])?;
+        ).sql()?;
+        let mut rows = statement.query([hash.0.as_slice()]).sql()?;
         let mut held = Vec::new();
-        while let Some(row) = rows.next()? {
-            held.push((session_id_column(row, 0)?, row.get(1)?));
+        while let Some(row) = rows.next().sql()? {
+            held.push((session_id_column(row, 0)?, row.get(1).sql()?));
         }
         Ok(held)
     })
@@ -113,11 +114,11 @@ pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(Sess
 pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
     store.with_reader(|connection| {
         let mut statement =
-            connection.prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash")?;
-        let mut rows = statement.query([])?;
+            connection.prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash").sql()?;
+        let mut rows = statement.query([]).sql()?;
         let mut hashes = Vec::new();
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
+        while let Some(row) = rows.next().sql()? {
+            let bytes: Vec<u8> = row.get(0).sql()?;
             hashes.push(hash_column(&bytes)?);
         }
         Ok(hashes)
@@ -125,25 +126,25 @@ pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
 }
 
 /// The digest of every row of `rm_blob_refs`, in the order
-/// [`crate::evidence::log_refs_digest`] feeds the log's references, read
+/// [`sandlog_projections::evidence::log_refs_digest`] feeds the log's references, read
 /// in one snapshot without holding the rows. A row that cannot be read
 /// is a corrupt read model.
-pub fn stored_refs_digest(store: &EventStore) -> Result<crate::evidence::RefsDigest> {
+pub fn stored_refs_digest(store: &EventStore) -> Result<sandlog_projections::evidence::RefsDigest> {
     store.with_reader(|connection| {
         let mut statement = connection.prepare(
             "SELECT position, session_id, role, hash, path FROM rm_blob_refs \
              ORDER BY position, role, hash, path",
-        )?;
-        let mut rows = statement.query([])?;
-        let mut digester = crate::evidence::RefsDigester::default();
-        while let Some(row) = rows.next()? {
-            let position = u64::try_from(row.get::<_, i64>(0)?).map_err(|_| {
+        ).sql()?;
+        let mut rows = statement.query([]).sql()?;
+        let mut digester = sandlog_projections::evidence::RefsDigester::default();
+        while let Some(row) = rows.next().sql()? {
+            let position = u64::try_from(row.get::<_, i64>(0).sql()?).map_err(|_| {
                 ProjectionError::Corrupt("a blob reference has a negative position".into())
             })?;
             let session_id = session_id_column(row, 1)?;
-            let role: String = row.get(2)?;
-            let hash: Vec<u8> = row.get(3)?;
-            let path: Option<String> = row.get(4)?;
+            let role: String = row.get(2).sql()?;
+            let hash: Vec<u8> = row.get(3).sql()?;
+            let path: Option<String> = row.get(4).sql()?;
             digester.add(
                 Position(position),
                 session_id,

@@ -1,64 +1,65 @@
 //! Queries over the SQL read models: sessions, files, prune candidates,
 //! statistics.
 
+use crate::store::SqlResult;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, Row, params};
 use sandlog_core::{PrunePolicy, SessionId, StreamVersion, Timestamp, WorkspacePath};
-use sandlog_eventstore::EventStore;
+use crate::EventStore;
 
 use super::read_model::{load_active_totals, load_files, load_session, load_stats};
-use crate::error::{ProjectionError, Result};
-use crate::prune::{
+use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::prune::{
     ActiveSession, HELD_SKIP_REASON, LEGACY_SKIP_REASON, PrunePlanner, SkippedSession,
 };
-use crate::query::{FileView, PrunePlan, SessionSummary, StoreStats};
-use crate::state::{FileEntry, SessionState, SessionStatus};
+use sandlog_projections::query::{FileView, PrunePlan, SessionSummary, StoreStats};
+use sandlog_projections::state::{FileEntry, SessionState, SessionStatus};
 
 const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly, node";
 
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
     let corrupt = |what: String| ProjectionError::Corrupt(what);
-    let id_text: String = row.get(0)?;
+    let id_text: String = row.get(0).sql()?;
     let session_id =
         SessionId::parse(&id_text).map_err(|_| corrupt(format!("session id {id_text:?}")))?;
-    let status_text: String = row.get(1)?;
+    let status_text: String = row.get(1).sql()?;
     let status = SessionStatus::parse(&status_text)
         .ok_or_else(|| corrupt(format!("status {status_text:?}")))?;
-    let last_outcome = match row.get::<_, Option<String>>(5)? {
+    let last_outcome = match row.get::<_, Option<String>>(5).sql()? {
         None => None,
         Some(text) => Some(
             serde_json::from_value(serde_json::Value::String(text.clone()))
                 .map_err(|_| corrupt(format!("outcome {text:?}")))?,
         ),
     };
-    let labels_text: String = row.get(9)?;
+    let labels_text: String = row.get(9).sql()?;
     Ok(SessionSummary {
         session_id,
         status,
         created_at: row
-            .get::<_, Option<i64>>(2)?
+            .get::<_, Option<i64>>(2).sql()?
             .map(Timestamp::from_unix_micros),
         updated_at: row
-            .get::<_, Option<i64>>(3)?
+            .get::<_, Option<i64>>(3).sql()?
             .map(Timestamp::from_unix_micros),
-        exec_count: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+        exec_count: u64::try_from(row.get::<_, i64>(4).sql()?).unwrap_or(0),
         last_outcome,
-        bytes: u64::try_from(row.get::<_, i64>(6)?).unwrap_or(0),
-        file_count: u64::try_from(row.get::<_, i64>(7)?).unwrap_or(0),
-        legacy: row.get(8)?,
+        bytes: u64::try_from(row.get::<_, i64>(6).sql()?).unwrap_or(0),
+        file_count: u64::try_from(row.get::<_, i64>(7).sql()?).unwrap_or(0),
+        legacy: row.get(8).sql()?,
         labels: serde_json::from_str(&labels_text)
             .map_err(|error| corrupt(format!("labels: {error}")))?,
-        version: StreamVersion(u64::try_from(row.get::<_, i64>(10)?).unwrap_or(0)),
-        held: row.get(11)?,
-        group: row.get(12)?,
+        version: StreamVersion(u64::try_from(row.get::<_, i64>(10).sql()?).unwrap_or(0)),
+        held: row.get(11).sql()?,
+        group: row.get(12).sql()?,
         max_size: row
-            .get::<_, Option<i64>>(13)?
+            .get::<_, Option<i64>>(13).sql()?
             .map(|size| u64::try_from(size).map_err(|_| corrupt(format!("max_size {size}"))))
             .transpose()?,
-        readonly: super::read_model::decode_readonly(row.get::<_, Option<String>>(14)?.as_deref())
+        readonly: super::read_model::decode_readonly(row.get::<_, Option<String>>(14).sql()?.as_deref())
             .map_err(|error| corrupt(format!("readonly: {error}")))?,
-        node: row.get(15)?,
+        node: row.get(15).sql()?,
     })
 }
 
@@ -70,9 +71,9 @@ pub fn session(store: &EventStore, session_id: SessionId) -> Result<Option<Sessi
 fn session_in(connection: &Connection, session_id: SessionId) -> Result<Option<SessionSummary>> {
     let mut statement = connection.prepare_cached(&format!(
         "SELECT {SUMMARY_COLUMNS} FROM rm_sessions WHERE session_id = ?1"
-    ))?;
-    let mut rows = statement.query([session_id.to_string()])?;
-    match rows.next()? {
+    )).sql()?;
+    let mut rows = statement.query([session_id.to_string()]).sql()?;
+    match rows.next().sql()? {
         Some(row) => Ok(Some(summary_from_row(row)?)),
         None => Ok(None),
     }
@@ -121,16 +122,16 @@ pub fn sessions_where(
         let sql = format!(
             "SELECT {SUMMARY_COLUMNS} FROM rm_sessions {condition} ORDER BY created_at, session_id"
         );
-        let mut statement = connection.prepare_cached(&sql)?;
+        let mut statement = connection.prepare_cached(&sql).sql()?;
         let status = status.map(SessionStatus::as_str);
         let mut rows = match (status, group) {
-            (None, None) => statement.query([])?,
-            (Some(status), None) => statement.query(params![status])?,
-            (None, Some(group)) => statement.query(params![rusqlite::types::Null, group])?,
-            (Some(status), Some(group)) => statement.query(params![status, group])?,
+            (None, None) => statement.query([]).sql()?,
+            (Some(status), None) => statement.query(params![status]).sql()?,
+            (None, Some(group)) => statement.query(params![rusqlite::types::Null, group]).sql()?,
+            (Some(status), Some(group)) => statement.query(params![status, group]).sql()?,
         };
         let mut sessions = Vec::new();
-        while let Some(row) = rows.next()? {
+        while let Some(row) = rows.next().sql()? {
             sessions.push(summary_from_row(row)?);
         }
         Ok(sessions)
@@ -186,7 +187,7 @@ pub fn files(
 /// A session id column, parsed from the row's bytes in place (no `String`
 /// per row: a prune may read 100,000).
 pub(crate) fn session_id_column(row: &Row<'_>, index: usize) -> Result<SessionId> {
-    let rusqlite::types::ValueRef::Text(bytes) = row.get_ref(index)? else {
+    let rusqlite::types::ValueRef::Text(bytes) = row.get_ref(index).sql()? else {
         return Err(ProjectionError::Corrupt(format!(
             "session id in column {index} is not text"
         )));
@@ -243,13 +244,13 @@ pub fn prune_candidates(
                     .prepare_cached(
                         "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
                          WHERE status = 'active' AND (node IS NULL OR node = ?1)",
-                    )?
+                    ).sql()?
                     .query_row([node], |row| {
                         Ok((
                             u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                             u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
                         ))
-                    })?,
+                    }).sql()?,
                 // A group's totals are not kept; a group is a task's few
                 // sessions, counted through the group index.
                 (Some(group), _) => connection
@@ -257,13 +258,13 @@ pub fn prune_candidates(
                         "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
                          WHERE group_name = ?1 AND status = 'active' \
                          AND (?2 IS NULL OR node IS NULL OR node = ?2)",
-                    )?
+                    ).sql()?
                     .query_row(params![group, node], |row| {
                         Ok((
                             u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                             u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
                         ))
-                    })?,
+                    }).sql()?,
             }
         } else {
             (0, 0)
@@ -271,10 +272,10 @@ pub fn prune_candidates(
         let mut planner = PrunePlanner::new(policy.clone(), now, active_sessions, active_bytes);
         let mut skipped = Vec::new();
         let held: std::collections::BTreeSet<SessionId> = {
-            let mut statement = connection.prepare_cached(HELD_ACTIVE_SESSIONS)?;
-            let mut rows = statement.query([])?;
+            let mut statement = connection.prepare_cached(HELD_ACTIVE_SESSIONS).sql()?;
+            let mut rows = statement.query([]).sql()?;
             let mut held = std::collections::BTreeSet::new();
-            while let Some(row) = rows.next()? {
+            while let Some(row) = rows.next().sql()? {
                 held.insert(session_id_column(row, 0)?);
             }
             held
@@ -283,18 +284,18 @@ pub fn prune_candidates(
             let mut statement = connection.prepare_cached(match group {
                 None => CANDIDATES,
                 Some(_) => GROUP_CANDIDATES,
-            })?;
+            }).sql()?;
             let mut rows = match group {
-                None => statement.query(params![node])?,
-                Some(group) => statement.query(params![node, group])?,
+                None => statement.query(params![node]).sql()?,
+                Some(group) => statement.query(params![node, group]).sql()?,
             };
-            while let Some(row) = rows.next()? {
+            while let Some(row) = rows.next().sql()? {
                 let session_id = session_id_column(row, 0)?;
                 let session = ActiveSession {
                     session_id,
-                    updated_at: Timestamp::from_unix_micros(row.get(1)?),
-                    bytes: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
-                    version: StreamVersion(u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0)),
+                    updated_at: Timestamp::from_unix_micros(row.get(1).sql()?),
+                    bytes: u64::try_from(row.get::<_, i64>(2).sql()?).unwrap_or(0),
+                    version: StreamVersion(u64::try_from(row.get::<_, i64>(3).sql()?).unwrap_or(0)),
                 };
                 if held.contains(&session_id) {
                     skipped.push(SkippedSession {
@@ -315,9 +316,9 @@ pub fn prune_candidates(
                 skipped,
             });
         }
-        let mut statement = connection.prepare_cached(LEGACY_ACTIVE_SESSIONS)?;
-        let mut rows = statement.query(params![])?;
-        while let Some(row) = rows.next()? {
+        let mut statement = connection.prepare_cached(LEGACY_ACTIVE_SESSIONS).sql()?;
+        let mut rows = statement.query(params![]).sql()?;
+        while let Some(row) = rows.next().sql()? {
             let session_id = session_id_column(row, 0)?;
             skipped.push(SkippedSession {
                 session_id,
@@ -335,10 +336,10 @@ pub fn prune_candidates(
 pub fn stats(store: &EventStore) -> Result<StoreStats> {
     store.with_reader(|connection| {
         let mut sessions = BTreeMap::new();
-        let mut statement = connection.prepare_cached("SELECT status, count(*) FROM rm_sessions GROUP BY status")?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            sessions.insert(row.get::<_, String>(0)?, u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0));
+        let mut statement = connection.prepare_cached("SELECT status, count(*) FROM rm_sessions GROUP BY status").sql()?;
+        let mut rows = statement.query([]).sql()?;
+        while let Some(row) = rows.next().sql()? {
+            sessions.insert(row.get::<_, String>(0).sql()?, u64::try_from(row.get::<_, i64>(1).sql()?).unwrap_or(0));
         }
         drop(rows);
         let (legacy, bytes, files, executions): (i64, i64, i64, i64) = connection
@@ -347,8 +348,8 @@ pub fn stats(store: &EventStore) -> Result<StoreStats> {
                  coalesce(sum(CASE WHEN status IN ('active','pruning','deleting') THEN bytes END), 0), \
                  coalesce(sum(CASE WHEN status IN ('active','pruning','deleting') THEN file_count END), 0), \
                  coalesce(sum(exec_count), 0) FROM rm_sessions",
-            )?
-            .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
+            ).sql()?
+            .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))).sql()?;
         Ok(StoreStats {
             sessions,
             legacy_sessions: u64::try_from(legacy).unwrap_or(0),
@@ -386,7 +387,7 @@ mod tests {
     fn plan(sql: &str) -> Result<Vec<String>, Box<dyn std::error::Error>> {
         let directory = tempfile::tempdir()?;
         let connection = rusqlite::Connection::open(directory.path().join("plan.db"))?;
-        crate::sqlite::read_model::reset_tables(&connection)?;
+        crate::read_model::reset_tables(&connection)?;
         let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
         let unbound = vec![rusqlite::types::Null; statement.parameter_count()];
         let steps = statement

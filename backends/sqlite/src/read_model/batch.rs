@@ -1,6 +1,7 @@
 //! A [`Batch`]: a partial [`State`] of the sessions a run of events
 //! touches, folded with the one copy of the rules and written back.
 
+use crate::store::SqlResult;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -14,8 +15,8 @@ use super::rows::{
     corrupt, encode_readonly, load_file_by_key, load_files_by_key, load_keyed_session, load_stats,
     to_i64,
 };
-use crate::error::Result;
-use crate::state::{EventContext, SessionState, SessionStatus, State, apply_in_context};
+use sandlog_projections::error::Result;
+use sandlog_projections::state::{EventContext, SessionState, SessionStatus, State, apply_in_context};
 
 /// What one session adds to `rm_totals`: one session and its bytes while
 /// it is active, nothing otherwise.
@@ -75,7 +76,7 @@ struct BlobRef {
 
 /// The blobs an event names whose bytes it says were stored, as rows.
 fn blob_refs(event: &Event, session_id: SessionId, position: Position, refs: &mut Vec<BlobRef>) {
-    for (role, hash, path) in crate::evidence::named_blobs(event) {
+    for (role, hash, path) in sandlog_projections::evidence::named_blobs(event) {
         refs.push(BlobRef {
             hash,
             session_id,
@@ -172,7 +173,7 @@ impl<'c> Batch<'c> {
 
     /// Folds one event, given the envelope fields the fold reads and the
     /// payload's decoding (unknown kinds and undecodable payloads are
-    /// skipped, as in [`crate::state::apply`]).
+    /// skipped, as in [`sandlog_projections::state::apply`]).
     pub(super) fn apply_decoded(
         &mut self,
         envelope: &EventContext,
@@ -243,13 +244,13 @@ impl<'c> Batch<'c> {
                  bytes, file_count, legacy, labels, version, last_position, held, group_name, max_size, \
                  readonly, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
                  ?16, ?17)",
-            )?;
+            ).sql()?;
             let mut update_session = connection.prepare_cached(
                 "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
                  last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
                  last_position = ?12, held = ?13, group_name = ?14, max_size = ?15, readonly = ?16, \
                  node = ?17 WHERE session_key = ?1",
-            )?;
+            ).sql()?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
                     continue;
@@ -284,7 +285,7 @@ impl<'c> Batch<'c> {
                             key, values.0, values.1, values.2, values.3, values.4, values.5,
                             values.6, values.7, values.8, values.9, values.10, values.11,
                             values.12, values.13, values.14, values.15,
-                        ])?;
+                        ]).sql()?;
                     }
                     None => {
                         new_sessions.push(*session_id);
@@ -306,7 +307,7 @@ impl<'c> Batch<'c> {
                             values.13,
                             values.14,
                             values.15,
-                        ])?;
+                        ]).sql()?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }
                 }
@@ -317,9 +318,9 @@ impl<'c> Batch<'c> {
                 "INSERT INTO rm_files (session_key, path, size, blake3, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) \
                  ON CONFLICT (session_key, path) DO UPDATE SET size = excluded.size, blake3 = excluded.blake3, \
                  updated_at = excluded.updated_at",
-            )?;
+            ).sql()?;
             let mut delete_file = connection
-                .prepare_cached("DELETE FROM rm_files WHERE session_key = ?1 AND path = ?2")?;
+                .prepare_cached("DELETE FROM rm_files WHERE session_key = ?1 AND path = ?2").sql()?;
             for session_id in &new_sessions {
                 let (Some(session), Some(key)) = (
                     self.state.sessions.get(session_id),
@@ -334,7 +335,7 @@ impl<'c> Batch<'c> {
                         to_i64(file.size),
                         file.blake3.0.as_slice(),
                         file.updated_at.unix_micros(),
-                    ])?;
+                    ]).sql()?;
                 }
             }
             for (session_id, path) in &self.dirty_files {
@@ -355,8 +356,8 @@ impl<'c> Batch<'c> {
                         to_i64(file.size),
                         file.blake3.0.as_slice(),
                         file.updated_at.unix_micros(),
-                    ])?,
-                    None => delete_file.execute(params![key, path.as_str()])?,
+                    ]).sql()?,
+                    None => delete_file.execute(params![key, path.as_str()]).sql()?,
                 };
             }
         }
@@ -375,21 +376,21 @@ impl<'c> Batch<'c> {
                 .prepare_cached(
                     "UPDATE rm_totals SET active_sessions = active_sessions + ?1, \
                      active_bytes = active_bytes + ?2 WHERE id = 1",
-                )?
-                .execute([sessions_delta, bytes_delta])?;
+                ).sql()?
+                .execute([sessions_delta, bytes_delta]).sql()?;
         }
         if self.stats_dirty {
             let json = serde_json::to_string(&self.state.stats)
                 .map_err(|error| corrupt(error.to_string()))?;
             connection
-                .prepare_cached("INSERT INTO rm_stats (id, json) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET json = excluded.json")?
-                .execute([json])?;
+                .prepare_cached("INSERT INTO rm_stats (id, json) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET json = excluded.json").sql()?
+                .execute([json]).sql()?;
         }
         if !self.refs.is_empty() {
             let mut insert_ref = connection.prepare_cached(
                 "INSERT INTO rm_blob_refs (hash, session_id, session_key, position, role, path) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+            ).sql()?;
             for blob in self.refs.drain(..) {
                 // Every referring session was loaded by its event, and a
                 // row written above if the fold knows it.
@@ -404,12 +405,12 @@ impl<'c> Batch<'c> {
                     to_i64(blob.position.0),
                     blob.role,
                     blob.path.as_ref().map(WorkspacePath::as_str),
-                ])?;
+                ]).sql()?;
             }
         }
         connection
-            .prepare_cached("UPDATE rm_checkpoint SET position = ?1 WHERE id = 1")?
-            .execute([to_i64(self.state.position.0)])?;
+            .prepare_cached("UPDATE rm_checkpoint SET position = ?1 WHERE id = 1").sql()?
+            .execute([to_i64(self.state.position.0)]).sql()?;
         self.state.sessions.clear();
         self.loaded.clear();
         self.dirty_sessions.clear();

@@ -1,19 +1,21 @@
 //! Catching the read models up with the log: folding the events after the
 //! checkpoint in chunks, on one thread or with decoding pipelined.
 
+use crate::store::SqlResult;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, Row, params};
 use sandlog_core::event::Event;
 use sandlog_core::{CoreError, Position, StreamId, StreamVersion, Timestamp};
-use sandlog_eventstore::{EventStore, EventStoreError};
+use crate::EventStore;
+use sandlog_eventstore::EventStoreError;
 
 use super::batch::{Batch, as_refs};
 use super::rows::to_i64;
 use super::schema::checkpoint;
-use crate::error::{ProjectionError, Result};
-use crate::state::EventContext;
+use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::state::EventContext;
 
 /// Events folded per chunk during catch-up and rebuild. Bounds the memory
 /// of the partial state (it is flushed and cleared per chunk) and, for a
@@ -40,7 +42,7 @@ fn fold_row(
         })
     };
     let integer = |index: usize, position: Position, name: &str| -> Result<i64> {
-        match row.get_ref(index)? {
+        match row.get_ref(index).sql()? {
             ValueRef::Integer(value) => Ok(value),
             _ => Err(malformed(position, &format!("{name} is not an integer"))),
         }
@@ -50,14 +52,14 @@ fn fold_row(
             .map_err(|_| malformed(position, &format!("{name} is negative")))
     };
     let position = Position(unsigned(0, Position::ZERO, "position")?);
-    let stream = match row.get_ref(1)? {
+    let stream = match row.get_ref(1).sql()? {
         ValueRef::Text(bytes) => std::str::from_utf8(bytes)
             .ok()
             .and_then(|text| StreamId::parse(text).ok())
             .ok_or_else(|| malformed(position, "stream is not a stream id"))?,
         _ => return Err(malformed(position, "stream is not text")),
     };
-    let kind = match row.get_ref(3)? {
+    let kind = match row.get_ref(3).sql()? {
         ValueRef::Text(bytes) => {
             std::str::from_utf8(bytes).map_err(|_| malformed(position, "kind is not UTF-8"))?
         }
@@ -65,7 +67,7 @@ fn fold_row(
     };
     let schema = u32::try_from(unsigned(4, position, "schema")?)
         .map_err(|_| malformed(position, "schema is out of range"))?;
-    let payload = match row.get_ref(6)? {
+    let payload = match row.get_ref(6).sql()? {
         ValueRef::Blob(bytes) => bytes,
         _ => return Err(malformed(position, "payload is not a blob")),
     };
@@ -93,13 +95,13 @@ pub(super) fn catch_up_chunk(connection: &Connection) -> Result<usize> {
         return Ok(0);
     };
     let mut batch = Batch::new(connection, position)?;
-    let mut statement = fold_rows_after(connection)?;
+    let mut statement = fold_rows_after(connection).sql()?;
     let mut rows = statement.query(params![
         to_i64(position.0),
         to_i64(CATCH_UP_CHUNK_EVENTS as u64)
-    ])?;
+    ]).sql()?;
     let mut folded = 0;
-    while let Some(row) = rows.next()? {
+    while let Some(row) = rows.next().sql()? {
         let (context, decoded) = fold_row(row)?;
         batch.apply_decoded(&context, as_refs(&decoded))?;
         folded += 1;
@@ -168,14 +170,14 @@ fn read_decoded(
             // would keep every checkpoint from resetting the WAL, which then
             // grew with the rebuild.
             let batch = {
-                let transaction = connection.unchecked_transaction()?;
-                let mut statement = fold_rows_after(&transaction)?;
+                let transaction = connection.unchecked_transaction().sql()?;
+                let mut statement = fold_rows_after(&transaction).sql()?;
                 let mut rows = statement.query(params![
                     to_i64(after.0),
                     to_i64(DECODED_BATCH_EVENTS as u64)
-                ])?;
+                ]).sql()?;
                 let mut batch = Vec::with_capacity(DECODED_BATCH_EVENTS);
-                while let Some(row) = rows.next()? {
+                while let Some(row) = rows.next().sql()? {
                     batch.push(fold_row(row)?);
                 }
                 batch

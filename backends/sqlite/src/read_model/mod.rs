@@ -27,12 +27,13 @@ mod catch_up;
 mod rows;
 mod schema;
 
+use crate::store::SqlResult;
 use std::sync::Arc;
 
 use rusqlite::Connection;
 use sandlog_core::{Envelope, Position};
-use sandlog_eventstore::sqlite::rows::log_length;
-use sandlog_eventstore::{AppendHook, EventStore, Upgrade, UpgradeObserver};
+use crate::store::rows::log_length;
+use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 use self::batch::Batch;
 use self::catch_up::{
@@ -40,7 +41,7 @@ use self::catch_up::{
     with_decoded_events,
 };
 use self::schema::{checkpoint, reset};
-use crate::error::Result;
+use sandlog_projections::error::Result;
 
 pub use catch_up::CATCH_UP_CHUNK_EVENTS;
 pub(crate) use rows::{
@@ -213,12 +214,12 @@ fn rebuild_unless(
         }
         // The page cache belongs to the connection, not the transaction:
         // set for the refold, and given back afterwards, failed or not.
-        let usual: i64 = transaction.query_row("PRAGMA cache_size", [], |row| row.get(0))?;
-        transaction.execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}"))?;
+        let usual: i64 = transaction.query_row("PRAGMA cache_size", [], |row| row.get(0)).sql()?;
+        transaction.execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}")).sql()?;
         let refolded = refold(store, transaction);
         let restored = transaction.execute_batch(&format!("PRAGMA cache_size = {usual}"));
         let refolded = refolded?;
-        restored?;
+        restored.sql()?;
         Ok(Some(refolded))
     })
 }

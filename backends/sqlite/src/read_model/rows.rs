@@ -1,14 +1,15 @@
 //! Reading the read-model rows back: sessions (with or without their
 //! files), single files, totals and statistics, and the column encodings.
 
+use crate::store::SqlResult;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::event::{Outcome, ReadonlyDir};
 use sandlog_core::{Hash, Position, SessionId, StreamVersion, Timestamp, WorkspacePath};
 
-use crate::error::{ProjectionError, Result};
-use crate::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
+use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
 
 /// The `readonly` column: NULL for none, else a JSON array.
 pub(crate) fn encode_readonly(readonly: &[ReadonlyDir]) -> Result<Option<String>> {
@@ -67,7 +68,7 @@ pub(super) fn load_keyed_session(
             "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
              labels, version, last_position, session_key, held, group_name, max_size, readonly, \
              node FROM rm_sessions WHERE session_id = ?1",
-        )?
+        ).sql()?
         .query_row([&id_text], |row| {
             Ok((
                 row.get::<_, String>(0)?,
@@ -89,7 +90,7 @@ pub(super) fn load_keyed_session(
                 row.get::<_, Option<String>>(16)?,
             ))
         })
-        .optional()?;
+        .optional().sql()?;
     let Some((
         status,
         created_at,
@@ -160,9 +161,9 @@ pub(crate) fn load_files(
     session_id: SessionId,
 ) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
     let key: Option<i64> = connection
-        .prepare_cached("SELECT session_key FROM rm_sessions WHERE session_id = ?1")?
+        .prepare_cached("SELECT session_key FROM rm_sessions WHERE session_id = ?1").sql()?
         .query_row([session_id.to_string()], |row| row.get(0))
-        .optional()?;
+        .optional().sql()?;
     match key {
         Some(key) => load_files_by_key(connection, key),
         None => Ok(BTreeMap::new()),
@@ -180,12 +181,12 @@ pub(crate) fn load_file(
             "SELECT f.size, f.blake3, f.updated_at FROM rm_files f \
              JOIN rm_sessions s ON s.session_key = f.session_key \
              WHERE s.session_id = ?1 AND f.path = ?2",
-        )?
+        ).sql()?
         .query_row(
             rusqlite::params![session_id.to_string(), path.as_str()],
             file_row,
         )
-        .optional()?;
+        .optional().sql()?;
     row.map(|row| decode_file_row(row, path)).transpose()
 }
 
@@ -218,9 +219,9 @@ pub(super) fn load_file_by_key(
     let row = connection
         .prepare_cached(
             "SELECT size, blake3, updated_at FROM rm_files WHERE session_key = ?1 AND path = ?2",
-        )?
+        ).sql()?
         .query_row(params![session_key, path.as_str()], file_row)
-        .optional()?;
+        .optional().sql()?;
     row.map(|row| decode_file_row(row, path)).transpose()
 }
 
@@ -231,22 +232,22 @@ pub(super) fn load_files_by_key(
 ) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
     let mut statement = connection.prepare_cached(
         "SELECT path, size, blake3, updated_at FROM rm_files WHERE session_key = ?1",
-    )?;
-    let mut rows = statement.query([session_key])?;
+    ).sql()?;
+    let mut rows = statement.query([session_key]).sql()?;
     let mut files = BTreeMap::new();
-    while let Some(row) = rows.next()? {
-        let path_text: String = row.get(0)?;
+    while let Some(row) = rows.next().sql()? {
+        let path_text: String = row.get(0).sql()?;
         let path = WorkspacePath::parse(&path_text)
             .map_err(|error| corrupt(format!("file path {path_text:?}: {error}")))?;
-        let hash_bytes: Vec<u8> = row.get(2)?;
+        let hash_bytes: Vec<u8> = row.get(2).sql()?;
         let blake3 = Hash::from_slice(&hash_bytes)
             .ok_or_else(|| corrupt(format!("hash of {path_text:?}")))?;
         files.insert(
             path,
             FileEntry {
-                size: to_u64(row.get(1)?),
+                size: to_u64(row.get(1).sql()?),
                 blake3,
-                updated_at: Timestamp::from_unix_micros(row.get(3)?),
+                updated_at: Timestamp::from_unix_micros(row.get(3).sql()?),
             },
         );
     }
@@ -256,16 +257,16 @@ pub(super) fn load_files_by_key(
 /// `(active sessions, their bytes)` from `rm_totals`.
 pub(crate) fn load_active_totals(connection: &Connection) -> Result<(u64, u64)> {
     let (sessions, bytes): (i64, i64) = connection
-        .prepare_cached("SELECT active_sessions, active_bytes FROM rm_totals WHERE id = 1")?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        .prepare_cached("SELECT active_sessions, active_bytes FROM rm_totals WHERE id = 1").sql()?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?))).sql()?;
     Ok((to_u64(sessions), to_u64(bytes)))
 }
 
 pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
     let json: Option<String> = connection
-        .prepare_cached("SELECT json FROM rm_stats WHERE id = 1")?
+        .prepare_cached("SELECT json FROM rm_stats WHERE id = 1").sql()?
         .query_row([], |row| row.get(0))
-        .optional()?;
+        .optional().sql()?;
     match json {
         None => Ok(CleanupStats::default()),
         Some(json) => {

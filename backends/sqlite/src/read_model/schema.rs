@@ -1,11 +1,12 @@
 //! The read-model tables: their schema, the checkpoint row that says how
 //! far they are folded, and resetting them for a rebuild.
 
+use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension};
 use sandlog_core::Position;
 
 use super::rows::to_u64;
-use crate::error::Result;
+use sandlog_projections::error::Result;
 
 /// The shape of the read-model tables. Bump it when they change: stores
 /// with another version rebuild on open.
@@ -131,28 +132,28 @@ pub(super) fn checkpoint(connection: &Connection) -> Result<Option<(Position, i6
     let present: usize = connection
         .prepare_cached(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .query_row(TABLES, |row| row.get(0))?;
+        ).sql()?
+        .query_row(TABLES, |row| row.get(0)).sql()?;
     if present != TABLES.len() {
         return Ok(None);
     }
     let row: Option<(i64, i64)> = connection
-        .prepare_cached("SELECT position, model_version FROM rm_checkpoint WHERE id = 1")?
+        .prepare_cached("SELECT position, model_version FROM rm_checkpoint WHERE id = 1").sql()?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
+        .optional().sql()?;
     Ok(row.map(|(position, version)| (Position(to_u64(position)), version)))
 }
 
 pub(crate) fn reset(connection: &Connection) -> Result<()> {
-    connection.execute_batch(DROP)?;
-    connection.execute_batch(SCHEMA)?;
+    connection.execute_batch(DROP).sql()?;
+    connection.execute_batch(SCHEMA).sql()?;
     connection.execute(
         "INSERT INTO rm_checkpoint (id, position, model_version) VALUES (1, 0, ?1)",
         [READ_MODEL_VERSION],
-    )?;
+    ).sql()?;
     connection.execute(
         "INSERT INTO rm_totals (id, active_sessions, active_bytes) VALUES (1, 0, 0)",
         [],
-    )?;
+    ).sql()?;
     Ok(())
 }

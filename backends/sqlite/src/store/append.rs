@@ -2,6 +2,7 @@
 //! expected-version check per stream, gapless positions, the hash link, and
 //! idempotent retries by event id.
 
+use crate::store::{SqlResult, SqliteError};
 use std::sync::atomic::Ordering;
 
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -9,11 +10,11 @@ use sandlog_core::{Envelope, NewEvent, StreamId, StreamVersion};
 
 use super::EventStore;
 use super::rows::{envelope_from_row, read_head};
-use crate::batch::{
+use sandlog_eventstore::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
-use crate::error::{EventStoreError, Result};
-use crate::types::{ExpectedVersion, Head};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::types::{ExpectedVersion, Head};
 
 fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value)
@@ -29,8 +30,8 @@ pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (position, stream, ver
 /// none: one more than the largest, so streams written together get
 /// neighbouring keys (see the module documentation of `sqlite`).
 pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
-    let mut select = connection.prepare_cached("SELECT key FROM streams WHERE stream = ?1")?;
-    if let Some(key) = select.query_row([stream], |row| row.get(0)).optional()? {
+    let mut select = connection.prepare_cached("SELECT key FROM streams WHERE stream = ?1").sql()?;
+    if let Some(key) = select.query_row([stream], |row| row.get(0)).optional().sql()? {
         return Ok(key);
     }
     new_stream_key(connection, stream)
@@ -39,8 +40,8 @@ pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Res
 /// Gives `stream`, which has no key yet, the next one.
 fn new_stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
     let mut insert =
-        connection.prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key")?;
-    Ok(insert.query_row([stream], |row| row.get(0))?)
+        connection.prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key").sql()?;
+    Ok(insert.query_row([stream], |row| row.get(0)).sql()?)
 }
 
 /// Inserts `envelope` (`stream` is its stream's text, `key` the stream's
@@ -100,7 +101,7 @@ impl EventStore {
                 tracing::error!(%error, "commit failed with an I/O error; refusing further writes");
                 self.poisoned.store(true, Ordering::SeqCst);
             }
-            EventStoreError::from(error)
+            EventStoreError::from(SqliteError::from(error))
         })
     }
 
@@ -210,7 +211,7 @@ pub(crate) fn insert_batch(
             Some(key) => key,
             None => new_stream_key(transaction, &stream_text)?,
         };
-        let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
+        let mut insert = transaction.prepare_cached(INSERT_EVENT).sql()?;
         for (index, (envelope, event)) in envelopes.iter().zip(events).enumerate() {
             let inserted = insert_event(&mut insert, &stream_text, key, envelope)?;
             if let Err(error) = inserted {
@@ -258,10 +259,10 @@ fn stream_state(
     let mut select = transaction.prepare_cached(
         "SELECT key, (SELECT version FROM events WHERE stream_key = streams.key \
          ORDER BY version DESC LIMIT 1) FROM streams WHERE stream = ?1",
-    )?;
+    ).sql()?;
     let row: Option<(i64, Option<i64>)> = select
         .query_row([stream_text], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
+        .optional().sql()?;
     let Some((key, version)) = row else {
         return Ok((None, None));
     };
@@ -319,9 +320,9 @@ fn stored_by_id(transaction: &Transaction<'_>, event: &NewEvent) -> Result<Optio
     let mut statement = transaction.prepare_cached(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, correlation_id, \
          causation_id, payload, prev_hash, hash FROM events WHERE event_id = ?1",
-    )?;
-    let mut rows = statement.query([event.event_id.0.as_bytes().as_slice()])?;
-    match rows.next()? {
+    ).sql()?;
+    let mut rows = statement.query([event.event_id.0.as_bytes().as_slice()]).sql()?;
+    match rows.next().sql()? {
         Some(row) => Ok(Some(envelope_from_row(row)?)),
         None => Ok(None),
     }
@@ -343,5 +344,5 @@ fn map_insert_error(
             position: stored.position,
         });
     }
-    Ok(error.into())
+    Ok(SqliteError::from(error).into())
 }

@@ -5,12 +5,12 @@ use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
 
 use super::EventStore;
-use crate::backend::{Backend, UnitOfWork, Unwritten};
-use crate::blobs::{BlobState, BlobTotals};
-use crate::chain::{Digest, VerifyReport};
-use crate::error::Result;
-use crate::read::LogFilter;
-use crate::types::{ExpectedVersion, Head};
+use sandlog_eventstore::backend::{Backend, UnitOfWork, Unwritten};
+use sandlog_eventstore::blobs::{BlobState, BlobTotals};
+use sandlog_eventstore::chain::{Digest, VerifyReport};
+use sandlog_eventstore::error::Result;
+use sandlog_eventstore::read::LogFilter;
+use sandlog_eventstore::types::{ExpectedVersion, Head};
 
 impl Backend for EventStore {
     fn name(&self) -> String {
@@ -91,5 +91,15 @@ impl Backend for EventStore {
 
     fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool> {
         Unwritten::outcome(EventStore::write(self, |write| Unwritten::decide(f(write))))
+    }
+}
+
+impl sandlog_projections::LogReader for EventStore {
+    fn stream(&self, filter: LogFilter) -> Box<dyn Iterator<Item = Result<Envelope>> + '_> {
+        Box::new(self.query(filter))
+    }
+
+    fn position_before(&self, instant: sandlog_core::Timestamp) -> Result<sandlog_core::Position> {
+        EventStore::position_before(self, instant)
     }
 }

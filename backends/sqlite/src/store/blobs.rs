@@ -22,6 +22,7 @@
 //! valid and a reader is told the bytes were erased, not that they never
 //! existed.
 
+use crate::store::SqlResult;
 use std::io::{Read, Write as IoWrite};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
@@ -29,10 +30,10 @@ use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
 
 use super::EventStore;
-use crate::blobs::{
+use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, decode_chunk, encode, fill,
 };
-use crate::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result};
 
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -44,11 +45,11 @@ fn to_u64(value: i64) -> u64 {
 
 fn state_in(connection: &Connection, hash: &Hash) -> Result<BlobState> {
     let row: Option<(i64, i64, Option<i64>)> = connection
-        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1")?
+        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1").sql()?
         .query_row([hash.0.as_slice()], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional()?;
+        .optional().sql()?;
     Ok(match row {
         None => BlobState::Missing,
         Some((size, _, Some(erased_at))) => BlobState::Erased {
@@ -93,19 +94,19 @@ pub(crate) fn put(
         Some(hash) => hash.0.as_slice(),
         None => pending.as_slice(),
     };
-    transaction.execute_batch("SAVEPOINT blob_put")?;
+    transaction.execute_batch("SAVEPOINT blob_put").sql()?;
     let outcome = put_chunks(transaction, reader, expected, size_max, key, now);
     match outcome {
         Ok(put) if put.deduplicated => {
-            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put")?;
+            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put").sql()?;
             Ok(put)
         }
         Ok(put) => {
-            transaction.execute_batch("RELEASE blob_put")?;
+            transaction.execute_batch("RELEASE blob_put").sql()?;
             Ok(put)
         }
         Err(error) => {
-            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put")?;
+            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put").sql()?;
             Err(error)
         }
     }
@@ -121,7 +122,7 @@ fn put_chunks(
 ) -> Result<BlobPut> {
     let mut insert = transaction.prepare_cached(
         "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    ).sql()?;
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0u8; CHUNK_BYTES];
     let (mut size, mut stored, mut seq) = (0u64, 0u64, 0i64);
@@ -153,7 +154,7 @@ fn put_chunks(
             read as i64,
             Hash::of(raw).0.as_slice(),
             data
-        ])?;
+        ]).sql()?;
         seq += 1;
         if read < CHUNK_BYTES {
             break;
@@ -183,29 +184,29 @@ fn put_chunks(
             transaction
                 .prepare_cached(
                     "UPDATE blob_index SET stored = ?2, chunks = ?3, erased_at = NULL WHERE hash = ?1",
-                )?
-                .execute(params![hash.0.as_slice(), to_i64(stored), seq])?;
+                ).sql()?
+                .execute(params![hash.0.as_slice(), to_i64(stored), seq]).sql()?;
         }
         BlobState::Missing => {
             transaction
                 .prepare_cached(
                     "INSERT INTO blob_index (hash, size, stored, chunks, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
+                ).sql()?
                 .execute(params![
                     hash.0.as_slice(),
                     to_i64(size),
                     to_i64(stored),
                     seq,
                     now.unix_micros()
-                ])?;
+                ]).sql()?;
         }
     }
     if key != hash.0.as_slice() {
         // Rewrites each row; the old copies' space is zeroed (the store's
         // connections run with secure_delete on).
         transaction
-            .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2")?
-            .execute(params![hash.0.as_slice(), key])?;
+            .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2").sql()?
+            .execute(params![hash.0.as_slice(), key]).sql()?;
     }
     Ok(BlobPut {
         hash,
@@ -217,11 +218,11 @@ fn put_chunks(
 
 fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
     let row: Option<(i64, i64, Option<i64>)> = transaction
-        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1")?
+        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1").sql()?
         .query_row([hash.0.as_slice()], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional()?;
+        .optional().sql()?;
     let Some((size, stored, erased_at)) = row else {
         return Ok(None);
     };
@@ -229,8 +230,8 @@ fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<Er
     // `sqlite::open_connection`): the freed cells and pages are overwritten
     // with zeros, so erased bytes do not linger in the file.
     transaction
-        .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1")?
-        .execute([hash.0.as_slice()])?;
+        .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1").sql()?
+        .execute([hash.0.as_slice()]).sql()?;
     Ok(Some(ErasedBlob {
         hash: *hash,
         size: to_u64(size),
@@ -256,8 +257,8 @@ pub(crate) fn erase(
     transaction
         .prepare_cached(
             "UPDATE blob_index SET stored = 0, chunks = 0, erased_at = ?2 WHERE hash = ?1",
-        )?
-        .execute(params![hash.0.as_slice(), now.unix_micros()])?;
+        ).sql()?
+        .execute(params![hash.0.as_slice(), now.unix_micros()]).sql()?;
     Ok(erased)
 }
 
@@ -265,8 +266,8 @@ pub(crate) fn erase(
 pub(crate) fn remove(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
     let removed = delete_chunks(transaction, hash)?;
     transaction
-        .prepare_cached("DELETE FROM blob_index WHERE hash = ?1")?
-        .execute([hash.0.as_slice()])?;
+        .prepare_cached("DELETE FROM blob_index WHERE hash = ?1").sql()?
+        .execute([hash.0.as_slice()]).sql()?;
     Ok(removed)
 }
 
@@ -280,8 +281,8 @@ fn copy_chunks(
 ) -> Result<()> {
     let mut statement = connection.prepare_cached(
         "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks WHERE hash = ?1 ORDER BY seq",
-    )?;
-    let mut rows = statement.query([hash.0.as_slice()])?;
+    ).sql()?;
+    let mut rows = statement.query([hash.0.as_slice()]).sql()?;
     let mut hasher = blake3::Hasher::new();
     let mut written = 0u64;
     let mut expected_seq = 0i64;
@@ -289,13 +290,13 @@ fn copy_chunks(
         hash: *hash,
         actual,
     };
-    while let Some(row) = rows.next()? {
-        let seq: i64 = row.get(0)?;
-        let codec: i64 = row.get(1)?;
-        let raw_len: i64 = row.get(2)?;
-        let chunk_hash: Vec<u8> = row.get(3)?;
+    while let Some(row) = rows.next().sql()? {
+        let seq: i64 = row.get(0).sql()?;
+        let codec: i64 = row.get(1).sql()?;
+        let raw_len: i64 = row.get(2).sql()?;
+        let chunk_hash: Vec<u8> = row.get(3).sql()?;
         let data = row
-            .get_ref(4)?
+            .get_ref(4).sql()?
             .as_blob()
             .map_err(|_| corrupt(Hash::GENESIS))?;
         if seq != expected_seq {
@@ -348,7 +349,7 @@ impl EventStore {
         // of its own, so a slow `out` never holds up other readers.
         let small = {
             let mut connection = self.lock_reader();
-            let snapshot = connection.transaction()?;
+            let snapshot = connection.transaction().sql()?;
             let state = state_in(&snapshot, hash)?;
             match state {
                 BlobState::Kept { size, .. } if size <= CHUNK_BYTES as u64 => {
@@ -369,7 +370,7 @@ impl EventStore {
             return Ok(state);
         }
         let connection = self.open_read_only_connection()?;
-        let snapshot = connection.unchecked_transaction()?;
+        let snapshot = connection.unchecked_transaction().sql()?;
         let state = state_in(&snapshot, hash)?;
         if let BlobState::Kept { size, .. } = state {
             copy_chunks(&snapshot, hash, size, out)?;
@@ -422,13 +423,13 @@ impl EventStore {
     pub fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>> {
         let connection = self.lock_reader();
         let mut statement =
-            connection.prepare("SELECT hash, erased_at IS NULL FROM blob_index ORDER BY hash")?;
+            connection.prepare("SELECT hash, erased_at IS NULL FROM blob_index ORDER BY hash").sql()?;
         let rows = statement.query_map([], |row| {
             Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, bool>(1)?))
-        })?;
+        }).sql()?;
         let mut hashes = Vec::new();
         for row in rows {
-            let (bytes, kept) = row?;
+            let (bytes, kept) = row.sql()?;
             let hash = Hash::from_slice(&bytes).ok_or_else(|| EventStoreError::Corrupt {
                 position: sandlog_core::Position::ZERO,
                 reason: "a blob address is not 32 bytes".into(),
@@ -448,7 +449,7 @@ impl EventStore {
              count(*) FILTER (WHERE erased_at IS NOT NULL) FROM blob_index",
             [],
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
-        )?;
+        ).sql()?;
         Ok(BlobTotals {
             kept: to_u64(kept),
             kept_bytes: to_u64(kept_bytes),
@@ -464,7 +465,7 @@ impl EventStore {
     pub fn checkpoint_wal(&self) -> Result<bool> {
         let connection = self.lock_writer();
         let busy: i64 =
-            connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))?;
+            connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0)).sql()?;
         Ok(busy == 0)
     }
 }

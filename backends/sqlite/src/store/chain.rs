@@ -1,6 +1,7 @@
 //! The hash chain of the SQLite file: `verify` walks the whole log once,
 //! in constant memory, and names the first bad position.
 
+use crate::store::SqlResult;
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
@@ -10,8 +11,8 @@ use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::{Hash, Position, append_chain_input};
 
 use super::EventStore;
-use crate::chain::{Digest, VerifyReport};
-use crate::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::chain::{Digest, VerifyReport};
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
 
 fn blob<'a>(value: ValueRef<'a>, position: Position, name: &str) -> Result<&'a [u8]> {
     match value {
@@ -72,7 +73,7 @@ impl EventStore {
     }
 
     /// [`EventStore::verify`] with a progress callback (events checked so
-    /// far, every [`crate::read::PAGE_EVENTS`] events).
+    /// far, every [`sandlog_eventstore::read::PAGE_EVENTS`] events).
     pub fn verify_with_progress(
         &self,
         digest: Option<Digest>,
@@ -142,7 +143,7 @@ impl EventStore {
                     }
                     prev_hash = row.stored_hash;
                     events += 1;
-                    if events.is_multiple_of(crate::read::PAGE_EVENTS as u64) {
+                    if events.is_multiple_of(sandlog_eventstore::read::PAGE_EVENTS as u64) {
                         progress(events);
                     }
                 }
@@ -252,25 +253,25 @@ fn read_rows_into(
     // Its own connection, and one read transaction: a concurrent append
     // cannot make the walk see half a batch.
     let connection = store.open_read_only_connection()?;
-    let transaction = connection.unchecked_transaction()?;
+    let transaction = connection.unchecked_transaction().sql()?;
     let mut statement = transaction.prepare(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
          correlation_id, causation_id, payload, prev_hash, hash, stream_key FROM events ORDER BY position",
-    )?;
-    let mut stream_of_key = transaction.prepare("SELECT stream FROM streams WHERE key = ?1")?;
+    ).sql()?;
+    let mut stream_of_key = transaction.prepare("SELECT stream FROM streams WHERE key = ?1").sql()?;
     // Keys seen lately and their streams' text: a stream's events sit
     // close together in the log, so most rows need no lookup, and the
     // memory stays bounded whatever the log holds.
     let mut keys: HashMap<i64, Option<Box<[u8]>>> = HashMap::new();
-    let mut rows = statement.query([])?;
+    let mut rows = statement.query([]).sql()?;
     let mut expected = Position(1);
-    while let Some(row) = rows.next()? {
-        let position_value = integer(row.get_ref(0)?, expected, "position")?;
+    while let Some(row) = rows.next().sql()? {
+        let position_value = integer(row.get_ref(0).sql()?, expected, "position")?;
         let position = Position(u64::try_from(position_value).unwrap_or(0));
         if position != expected {
             return Err(broken(expected, ChainProblem::Missing { found: position }));
         }
-        let stored_prev = Hash::from_slice(blob(row.get_ref(11)?, position, "prev_hash")?)
+        let stored_prev = Hash::from_slice(blob(row.get_ref(11).sql()?, position, "prev_hash")?)
             .ok_or_else(|| {
                 broken(
                     position,
@@ -278,7 +279,7 @@ fn read_rows_into(
                 )
             })?;
         let stored_hash =
-            Hash::from_slice(blob(row.get_ref(12)?, position, "hash")?).ok_or_else(|| {
+            Hash::from_slice(blob(row.get_ref(12).sql()?, position, "hash")?).ok_or_else(|| {
                 broken(
                     position,
                     ChainProblem::Malformed("hash is not 32 bytes".into()),
@@ -286,20 +287,20 @@ fn read_rows_into(
             })?;
         let fields = EnvelopeFields {
             position: position.0,
-            stream: text(row.get_ref(1)?, position, "stream")?,
-            version: u64::try_from(integer(row.get_ref(2)?, position, "version")?)
+            stream: text(row.get_ref(1).sql()?, position, "stream")?,
+            version: u64::try_from(integer(row.get_ref(2).sql()?, position, "version")?)
                 .unwrap_or(u64::MAX),
-            event_id: blob(row.get_ref(3)?, position, "event_id")?,
-            kind: text(row.get_ref(4)?, position, "kind")?,
-            schema: u32::try_from(integer(row.get_ref(5)?, position, "schema")?)
+            event_id: blob(row.get_ref(3).sql()?, position, "event_id")?,
+            kind: text(row.get_ref(4).sql()?, position, "kind")?,
+            schema: u32::try_from(integer(row.get_ref(5).sql()?, position, "schema")?)
                 .unwrap_or(u32::MAX),
-            recorded_at_micros: integer(row.get_ref(6)?, position, "recorded_at")?,
-            actor: text(row.get_ref(7)?, position, "actor")?,
-            correlation_id: blob(row.get_ref(8)?, position, "correlation_id")?,
-            causation_id: blob(row.get_ref(9)?, position, "causation_id")?,
-            payload: blob(row.get_ref(10)?, position, "payload")?,
+            recorded_at_micros: integer(row.get_ref(6).sql()?, position, "recorded_at")?,
+            actor: text(row.get_ref(7).sql()?, position, "actor")?,
+            correlation_id: blob(row.get_ref(8).sql()?, position, "correlation_id")?,
+            causation_id: blob(row.get_ref(9).sql()?, position, "causation_id")?,
+            payload: blob(row.get_ref(10).sql()?, position, "payload")?,
         };
-        let keyed = match row.get_ref(13)? {
+        let keyed = match row.get_ref(13).sql()? {
             ValueRef::Integer(key) => {
                 if !keys.contains_key(&key) {
                     if keys.len() >= VERIFY_KEYS_CACHED {
@@ -312,7 +313,7 @@ fn read_rows_into(
                                 _ => None,
                             })
                         })
-                        .optional()?
+                        .optional().sql()?
                         .flatten();
                     keys.insert(key, stream);
                 }

@@ -2,18 +2,19 @@
 //! and [`EventStore::replicate_from`], which keeps a node's file a verbatim
 //! replica of a shared log.
 
+use crate::store::SqlResult;
 use rusqlite::params;
 use sandlog_core::{Envelope, Position};
 
 use super::EventStore;
 use super::append::{INSERT_EVENT, insert_event, stream_key};
 use super::rows::read_head;
-use crate::backend::Backend;
-use crate::error::{ChainProblem, EventStoreError, Result};
-use crate::import::{
+use sandlog_eventstore::backend::Backend;
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::import::{
     BlobRecord, CheckpointRecord, ChunkRecord, IMPORT_BATCH_EVENTS, Portable, check_link,
 };
-use crate::read::LogFilter;
+use sandlog_eventstore::read::LogFilter;
 
 /// Inserts `envelopes` verbatim after `head` with the Merkle nodes they
 /// complete.
@@ -22,7 +23,7 @@ fn insert_verbatim(
     head: Position,
     envelopes: &[Envelope],
 ) -> Result<()> {
-    let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
+    let mut insert = transaction.prepare_cached(INSERT_EVENT).sql()?;
     // Each stream's key is looked up (or made) once per batch: a batch of
     // a session's run holds many events of one stream. Bounded by the
     // batch's length.
@@ -37,7 +38,7 @@ fn insert_verbatim(
                 key
             }
         };
-        insert_event(&mut insert, &stream, key, envelope)??;
+        insert_event(&mut insert, &stream, key, envelope)?.sql()?;
     }
     let mut frontier = super::merkle::load_frontier(transaction, head.0)?;
     super::merkle::append_leaves(transaction, &mut frontier, envelopes)?;
@@ -111,7 +112,7 @@ impl Portable for EventStore {
     fn blob_count(&self) -> Result<u64> {
         let count: i64 = self.with_reader(|connection| {
             connection.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))
-        })?;
+        }).sql()?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -120,7 +121,7 @@ impl Portable for EventStore {
             let mut statement = connection.prepare_cached(
                 "SELECT hash, size, stored, chunks, created_at, erased_at FROM blob_index \
                  WHERE ?1 IS NULL OR hash > ?1 ORDER BY hash LIMIT ?2",
-            )?;
+            ).sql()?;
             let rows = statement.query_map(params![after, limit as i64], |row| {
                 Ok(BlobRecord {
                     hash: row.get(0)?,
@@ -130,8 +131,8 @@ impl Portable for EventStore {
                     created_at: row.get(4)?,
                     erased_at: row.get(5)?,
                 })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            }).sql()?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
 
@@ -145,7 +146,7 @@ impl Portable for EventStore {
             let mut statement = connection.prepare_cached(
                 "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks \
                  WHERE hash = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
+            ).sql()?;
             let rows =
                 statement.query_map(params![hash, after.unwrap_or(-1), limit as i64], |row| {
                     Ok(ChunkRecord {
@@ -155,8 +156,8 @@ impl Portable for EventStore {
                         chunk_hash: row.get(3)?,
                         data: row.get(4)?,
                     })
-                })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+                }).sql()?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
 
@@ -165,7 +166,7 @@ impl Portable for EventStore {
             let mut statement = connection.prepare_cached(
                 "SELECT id, size, root, note, recorded_at FROM checkpoints \
                  WHERE id > ?1 ORDER BY id LIMIT ?2",
-            )?;
+            ).sql()?;
             let rows = statement.query_map(params![after, limit as i64], |row| {
                 Ok(CheckpointRecord {
                     id: row.get(0)?,
@@ -174,8 +175,8 @@ impl Portable for EventStore {
                     note: row.get(3)?,
                     recorded_at: row.get(4)?,
                 })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            }).sql()?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
 
@@ -205,7 +206,7 @@ impl Portable for EventStore {
             let mut insert = transaction.prepare_cached(
                 "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+            ).sql()?;
             for chunk in chunks {
                 insert.execute(params![
                     hash,
@@ -214,7 +215,7 @@ impl Portable for EventStore {
                     chunk.raw_len,
                     chunk.chunk_hash,
                     chunk.data
-                ])?;
+                ]).sql()?;
             }
             Ok(())
         })
@@ -225,7 +226,7 @@ impl Portable for EventStore {
             let mut insert = transaction.prepare_cached(
                 "INSERT INTO blob_index (hash, size, stored, chunks, created_at, erased_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+            ).sql()?;
             for blob in blobs {
                 insert.execute(params![
                     blob.hash,
@@ -234,7 +235,7 @@ impl Portable for EventStore {
                     blob.chunks,
                     blob.created_at,
                     blob.erased_at
-                ])?;
+                ]).sql()?;
             }
             Ok(())
         })
@@ -245,14 +246,14 @@ impl Portable for EventStore {
             let mut insert = transaction.prepare_cached(
                 "INSERT INTO checkpoints (size, root, note, recorded_at) \
                  VALUES (?1, ?2, ?3, ?4)",
-            )?;
+            ).sql()?;
             for checkpoint in checkpoints {
                 insert.execute(params![
                     checkpoint.size,
                     checkpoint.root,
                     checkpoint.note,
                     checkpoint.recorded_at
-                ])?;
+                ]).sql()?;
             }
             Ok(())
         })

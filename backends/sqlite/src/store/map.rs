@@ -18,6 +18,7 @@
 //! head and one at each stored checkpoint's size. A proof is only given
 //! at those sizes.
 
+use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::map::{self, MapNode, MapNodes, MapProof, NodePath, StreamHead};
 use sandlog_core::merkle::MerkleHash;
@@ -25,8 +26,8 @@ use sandlog_core::{Envelope, Hash, Position};
 
 use super::EventStore;
 use super::rows::log_length;
-use crate::error::{EventStoreError, Result};
-use crate::merkle::{head_changes, map_node_columns, map_node_from_columns};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
 
 /// The schema version that added the map.
 pub(crate) const MAP_SCHEMA_VERSION: i64 = 6;
@@ -70,11 +71,11 @@ impl MapNodes for StoredMap<'_> {
             .prepare_cached(
                 "SELECT kind, a, b FROM map_nodes WHERE depth = ?1 AND prefix = ?2 AND size <= ?3 \
                  ORDER BY size DESC LIMIT 1",
-            )?
+            ).sql()?
             .query_row(params![path.depth, path.prefix(), self.size], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })
-            .optional()?;
+            .optional().sql()?;
         row.map(|(kind, a, b)| map_node_from_columns(path.depth, kind, &a, &b))
             .transpose()
     }
@@ -97,7 +98,7 @@ fn write_version(
     let size = to_i64(size)?;
     let mut insert = connection.prepare_cached(
         "INSERT INTO map_nodes (depth, prefix, size, kind, a, b) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    ).sql()?;
     for (path, node) in &update.nodes {
         let (kind, a, b) = map_node_columns(node);
         insert.execute(params![
@@ -107,11 +108,11 @@ fn write_version(
             kind,
             a.as_slice(),
             b.as_slice()
-        ])?;
+        ]).sql()?;
     }
     connection
-        .prepare_cached("INSERT INTO map_roots (size, root) VALUES (?1, ?2)")?
-        .execute(params![size, update.root.0.as_slice()])?;
+        .prepare_cached("INSERT INTO map_roots (size, root) VALUES (?1, ?2)").sql()?
+        .execute(params![size, update.root.0.as_slice()]).sql()?;
     Ok(update.root)
 }
 
@@ -132,10 +133,10 @@ fn log_heads(connection: &Connection) -> Result<Vec<([u8; 32], MerkleHash)>> {
         "SELECT streams.stream, events.version, events.position, events.hash \
          FROM streams JOIN events ON events.stream_key = streams.key \
          AND events.version = (SELECT max(version) FROM events WHERE stream_key = streams.key)",
-    )?;
-    let mut rows = select.query([])?;
+    ).sql()?;
+    let mut rows = select.query([]).sql()?;
     let mut heads = map::HeadFold::default();
-    while let Some(row) = rows.next()? {
+    while let Some(row) = rows.next().sql()? {
         let (stream, version, position, hash) = head_row(row)?;
         heads.push(&stream, version, position, hash);
     }
@@ -144,10 +145,10 @@ fn log_heads(connection: &Connection) -> Result<Vec<([u8; 32], MerkleHash)>> {
 
 /// One `(stream, version, position, hash)` row.
 fn head_row(row: &rusqlite::Row<'_>) -> Result<(String, u64, u64, Hash)> {
-    let stream: String = row.get(0)?;
-    let version: i64 = row.get(1)?;
-    let position: i64 = row.get(2)?;
-    let hash: Vec<u8> = row.get(3)?;
+    let stream: String = row.get(0).sql()?;
+    let version: i64 = row.get(1).sql()?;
+    let position: i64 = row.get(2).sql()?;
+    let hash: Vec<u8> = row.get(3).sql()?;
     let position = u64::try_from(position).unwrap_or(0);
     let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
         position: Position(position),
@@ -162,18 +163,18 @@ fn head_row(row: &rusqlite::Row<'_>) -> Result<(String, u64, u64, Hash)> {
 /// the head. Commit sizes in between keep no map. Memory grows with the
 /// number of streams and of checkpoints, not of events.
 pub(crate) fn rebuild(connection: &Connection) -> Result<MerkleHash> {
-    connection.execute_batch("DELETE FROM map_nodes; DELETE FROM map_roots;")?;
+    connection.execute_batch("DELETE FROM map_nodes; DELETE FROM map_roots;").sql()?;
     let head = log_length(connection)?;
     if head == 0 {
         return Ok(map::EMPTY);
     }
     let mut sizes: Vec<u64> = {
         let mut select = connection
-            .prepare("SELECT DISTINCT size FROM checkpoints WHERE size > 0 ORDER BY size")?;
-        let rows = select.query_map([], |row| row.get::<_, i64>(0))?;
+            .prepare("SELECT DISTINCT size FROM checkpoints WHERE size > 0 ORDER BY size").sql()?;
+        let rows = select.query_map([], |row| row.get::<_, i64>(0)).sql()?;
         let mut sizes = Vec::new();
         for size in rows {
-            if let Ok(size) = u64::try_from(size?)
+            if let Ok(size) = u64::try_from(size.sql()?)
                 && size < head
             {
                 sizes.push(size);
@@ -187,12 +188,12 @@ pub(crate) fn rebuild(connection: &Connection) -> Result<MerkleHash> {
     }
     sizes.push(head);
     let mut select = connection
-        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position")?;
-    let mut rows = select.query([])?;
+        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position").sql()?;
+    let mut rows = select.query([]).sql()?;
     let mut heads = map::HeadFold::default();
     let mut root = map::EMPTY;
     let mut next = sizes.iter().copied().peekable();
-    while let Some(row) = rows.next()? {
+    while let Some(row) = rows.next().sql()? {
         let (stream, version, position, hash) = head_row(row)?;
         heads.push(&stream, version, position, hash);
         if next.peek() == Some(&position) {
@@ -211,11 +212,11 @@ fn stream_head_at(connection: &Connection, stream: &str, size: u64) -> Result<Op
             "SELECT version, position, hash FROM events \
              WHERE stream_key = (SELECT key FROM streams WHERE stream = ?1) AND position <= ?2 \
              ORDER BY version DESC LIMIT 1",
-        )?
+        ).sql()?
         .query_row(params![stream, to_i64(size)?], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional()?;
+        .optional().sql()?;
     row.map(|(version, position, hash)| {
         let position = u64::try_from(position).unwrap_or(0);
         Ok(StreamHead {
@@ -235,9 +236,9 @@ fn stored_root(connection: &Connection, size: u64) -> Result<MerkleHash> {
         return Ok(map::EMPTY);
     }
     let root: Option<Vec<u8>> = connection
-        .prepare_cached("SELECT root FROM map_roots WHERE size = ?1")?
+        .prepare_cached("SELECT root FROM map_roots WHERE size = ?1").sql()?
         .query_row([to_i64(size)?], |row| row.get(0))
-        .optional()?;
+        .optional().sql()?;
     let root = root.ok_or(EventStoreError::NoMapAt { size })?;
     let root: [u8; 32] = root
         .try_into()
@@ -265,7 +266,7 @@ impl EventStore {
     /// snapshot: what a checkpoint signs.
     pub fn checkpoint_head(&self) -> Result<(u64, MerkleHash, MerkleHash)> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         let size = log_length(&snapshot)?;
         let root = sandlog_core::merkle::root(
             &super::merkle::StoredNodes {
@@ -280,8 +281,8 @@ impl EventStore {
     /// The map root at tree size `size` (a size an append committed at).
     pub fn map_root(&self, size: u64) -> Result<MerkleHash> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        crate::merkle::check_tree_size(size, log_length(&snapshot)?)?;
+        let snapshot = connection.transaction().sql()?;
+        sandlog_eventstore::merkle::check_tree_size(size, log_length(&snapshot)?)?;
         stored_root(&snapshot, size)
     }
 
@@ -291,8 +292,8 @@ impl EventStore {
     /// the events, so a damaged map is an error here, not a bad proof.
     pub fn stream_head_proof(&self, stream: &str, size: u64) -> Result<StreamHeadProof> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
-        crate::merkle::check_tree_size(size, log_length(&snapshot)?)?;
+        let snapshot = connection.transaction().sql()?;
+        sandlog_eventstore::merkle::check_tree_size(size, log_length(&snapshot)?)?;
         let map_root = stored_root(&snapshot, size)?;
         let proof = map::prove(
             &StoredMap {
@@ -325,12 +326,12 @@ impl EventStore {
         let connection = self.lock_reader();
         let mut select = connection.prepare_cached(
             "SELECT size, root FROM map_roots WHERE size >= ?1 ORDER BY size LIMIT ?2",
-        )?;
-        let mut rows = select.query(params![to_i64(from)?, limit])?;
+        ).sql()?;
+        let mut rows = select.query(params![to_i64(from)?, limit]).sql()?;
         let mut roots = Vec::new();
-        while let Some(row) = rows.next()? {
-            let size: i64 = row.get(0)?;
-            let root: Vec<u8> = row.get(1)?;
+        while let Some(row) = rows.next().sql()? {
+            let size: i64 = row.get(0).sql()?;
+            let root: Vec<u8> = row.get(1).sql()?;
             let size = u64::try_from(size).unwrap_or(0);
             let root: [u8; 32] = root
                 .try_into()
@@ -359,7 +360,7 @@ impl EventStore {
     /// event) and compares it with the stored root. Returns the root.
     pub fn verify_map(&self) -> Result<MerkleHash> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         let size = log_length(&snapshot)?;
         let stored = stored_root(&snapshot, size)?;
         let mut fresh = map::MemoryMap::new();

@@ -21,18 +21,17 @@
 //!   together, pruned together by age) have neighbouring keys and share
 //!   pages. `verify` checks every row's key names the row's stream.
 //! * `blob_index`, `blob_chunks`: content addressed by blake3, compressed
-//!   in checked chunks (see [`crate::blobs`]).
+//!   in checked chunks (see [`sandlog_eventstore::blobs`]).
 //! * `merkle_nodes`: the stored nodes of the RFC 6962 tree over the events
-//!   (see [`crate::merkle`]); `checkpoints`: signed checkpoints issued.
+//!   (see [`sandlog_eventstore::merkle`]); `checkpoints`: signed checkpoints issued.
 //! * `consumer_checkpoints`: the position each named subscriber has
 //!   processed up to (see [`subscribe`]); it only moves forward.
 //!
 //! Read models of `sandlog-projections` live in the same file, in their own
 //! tables, so they commit atomically with the events they fold.
 //!
-//! Every `rusqlite` type the crate uses stays in this module and its
-//! children; the rest of the crate, and every other crate, sees the
-//! crate's own types ([`SqliteError`] for SQLite's failures).
+//! No `rusqlite` type leaves this crate: every other crate sees the shared
+//! types, SQLite's failures classified by [`SqliteError`].
 
 pub mod append;
 mod backend;
@@ -47,7 +46,7 @@ pub mod rows;
 pub mod subscribe;
 pub mod write;
 
-pub use error::SqliteError;
+pub use error::{SqlResult, SqliteError};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -57,7 +56,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use sandlog_core::{Clock, Envelope, SystemClock};
 
-use crate::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result};
 
 /// `PRAGMA application_id` of a sandlog database: "SnLg".
 pub const APPLICATION_ID: i64 = 0x536E_4C67;
@@ -456,7 +455,7 @@ pub struct EventStore {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hook: Option<Arc<dyn AppendHook>>,
     pub(crate) poisoned: AtomicBool,
-    pub(crate) frontier: crate::merkle::FrontierCache,
+    pub(crate) frontier: sandlog_eventstore::merkle::FrontierCache,
     /// Nanoseconds spent growing the Merkle tree inside appends since
     /// open (see [`EventStore::merkle_time`]).
     pub(crate) merkle_nanos: std::sync::atomic::AtomicU64,
@@ -480,7 +479,7 @@ fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<C
     }
     let connection =
         Connection::open_with_flags(path, flags).map_err(|error| not_a_database(path, error))?;
-    connection.busy_timeout(options.busy_timeout)?;
+    connection.busy_timeout(options.busy_timeout).sql()?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     // Every byte SQLite frees is overwritten with zeros, not only the
     // bytes an erasure deletes: cells move when pages split or merge and
@@ -488,7 +487,7 @@ fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<C
     // a copy in unused page space or on the free list, where an erasure
     // cannot reach it. Set before anything is written (it writes nothing
     // itself).
-    connection.execute_batch("PRAGMA secure_delete = ON;")?;
+    connection.execute_batch("PRAGMA secure_delete = ON;").sql()?;
     Ok(connection)
 }
 
@@ -500,7 +499,7 @@ fn not_a_database(path: &Path, error: rusqlite::Error) -> EventStoreError {
                 reason: error.to_string(),
             }
         }
-        _ => error.into(),
+        _ => SqliteError::from(error).into(),
     }
 }
 
@@ -518,7 +517,7 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
     connection.execute_batch(&format!(
         "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; \
          PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES};"
-    ))?;
+    )).sql()?;
     Ok(())
 }
 
@@ -533,12 +532,12 @@ fn prepare_schema(
             .query_row("PRAGMA application_id", [], |row| row.get(0))
             .map_err(|error| not_a_database(path, error))?;
         let user_version: i64 =
-            connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+            connection.query_row("PRAGMA user_version", [], |row| row.get(0)).sql()?;
         let objects: i64 = connection.query_row(
             "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
             [],
             |row| row.get(0),
-        )?;
+        ).sql()?;
         Ok((application_id, user_version, objects))
     };
     let check = |(application_id, user_version, objects): (i64, i64, i64)| -> Result<bool> {
@@ -568,9 +567,9 @@ fn prepare_schema(
     // process could see `application_id` 0 from before another process
     // created the store and the tables from after, and call it foreign.
     let identity = {
-        let snapshot = connection.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let snapshot = connection.transaction_with_behavior(TransactionBehavior::Deferred).sql()?;
         let identity = read_identity(&snapshot)?;
-        snapshot.commit()?;
+        snapshot.commit().sql()?;
         identity
     };
     if !check(identity)? {
@@ -591,7 +590,7 @@ fn prepare_schema(
                 to: SCHEMA_VERSION,
             });
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => return Err(SqliteError::from(error).into()),
     };
     // Another process may have created or migrated it while we waited.
     let identity = read_identity(&transaction)?;
@@ -615,7 +614,7 @@ fn prepare_schema(
                 to = version + 1,
                 "migrating event store schema"
             );
-            transaction.execute_batch(script)?;
+            transaction.execute_batch(script).sql()?;
         }
         if from < MERKLE_SCHEMA_VERSION {
             let folded = merkle::fold_events(&transaction, 0)?;
@@ -630,9 +629,9 @@ fn prepare_schema(
         }
         transaction.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
-        ))?;
+        )).sql()?;
     }
-    transaction.commit()?;
+    transaction.commit().sql()?;
     if let Some(announced) = announced {
         announced.finished();
     }
@@ -665,12 +664,12 @@ impl EventStore {
         // their size (120 MiB) and memory grew with the log. In a file,
         // SQLite spills such a journal past 64 KiB; the writer sorts
         // nothing large.
-        writer.execute_batch("PRAGMA temp_store = FILE;")?;
+        writer.execute_batch("PRAGMA temp_store = FILE;").sql()?;
         let reader = open_connection(path, &options, false)?;
         configure(&reader, path, &options)?;
         // The reader's sorts (queries without an index for their order)
         // stay in memory.
-        reader.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA query_only = ON;")?;
+        reader.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA query_only = ON;").sql()?;
         Ok(EventStore {
             path: path.to_owned(),
             writer: Mutex::new(writer),
@@ -678,7 +677,7 @@ impl EventStore {
             clock: options.clock,
             hook: None,
             poisoned: AtomicBool::new(false),
-            frontier: crate::merkle::FrontierCache::default(),
+            frontier: sandlog_eventstore::merkle::FrontierCache::default(),
             merkle_nanos: std::sync::atomic::AtomicU64::new(0),
             map_nanos: std::sync::atomic::AtomicU64::new(0),
         })
@@ -713,8 +712,8 @@ impl EventStore {
         let connection = Connection::open_with_flags(
             &self.path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        connection.busy_timeout(BUSY_TIMEOUT_DEFAULT)?;
+        ).sql()?;
+        connection.busy_timeout(BUSY_TIMEOUT_DEFAULT).sql()?;
         Ok(connection)
     }
 
@@ -762,6 +761,7 @@ impl EventStore {
         let mut connection = self.lock_writer();
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
+            .sql()
             .map_err(EventStoreError::from)?;
         let value = f(&transaction)?;
         self.commit(transaction)?;
@@ -769,8 +769,3 @@ impl EventStore {
     }
 }
 
-impl From<rusqlite::Error> for EventStoreError {
-    fn from(error: rusqlite::Error) -> Self {
-        EventStoreError::Sqlite(SqliteError::from(error))
-    }
-}

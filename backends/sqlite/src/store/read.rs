@@ -1,14 +1,15 @@
 //! Reading the SQLite file: by stream, by global position (streamed in
 //! pages, so memory stays constant however long the log), and by filter.
 
+use crate::store::SqlResult;
 use sandlog_core::{Envelope, Position, StreamId, StreamVersion, Timestamp};
 
 use super::EventStore;
 pub use super::rows::envelope_from_row;
 use super::rows::{read_head, read_stream_version};
-use crate::error::Result;
-use crate::read::{ENVELOPE_COLUMNS, LogFilter, PAGE_EVENTS};
-use crate::types::Head;
+use sandlog_eventstore::error::Result;
+use sandlog_eventstore::read::{ENVELOPE_COLUMNS, LogFilter, PAGE_EVENTS};
+use sandlog_eventstore::types::Head;
 
 /// Streams envelopes in position order, one page at a time.
 pub struct EnvelopeIter<'a> {
@@ -151,7 +152,7 @@ impl EventStore {
             "SELECT max(position) FROM events WHERE recorded_at <= ?1",
             [instant.unix_micros()],
             |row| row.get(0),
-        )?;
+        ).sql()?;
         Ok(Position(
             position.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
         ))
@@ -206,10 +207,10 @@ impl EventStore {
             params.len()
         );
         let connection = self.lock_reader();
-        let mut statement = connection.prepare_cached(&sql)?;
-        let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+        let mut statement = connection.prepare_cached(&sql).sql()?;
+        let mut rows = statement.query(rusqlite::params_from_iter(params)).sql()?;
         let mut page = Vec::with_capacity(page_size.min(PAGE_EVENTS));
-        while let Some(row) = rows.next()? {
+        while let Some(row) = rows.next().sql()? {
             page.push(envelope_from_row(row)?);
         }
         Ok(page)

@@ -2,13 +2,14 @@
 //! of a stream's version that appends, reads and imports share. Depends
 //! only on the shared types and the errors.
 
+use crate::store::SqlResult;
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Row};
 use sandlog_core::{Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp};
 use uuid::Uuid;
 
-use crate::error::{EventStoreError, Result};
-use crate::types::Head;
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::types::Head;
 
 fn malformed(position: Position, reason: impl Into<String>) -> EventStoreError {
     EventStoreError::Corrupt {
@@ -23,7 +24,7 @@ fn uuid_column(
     position: Position,
     name: &str,
 ) -> Result<Option<Uuid>> {
-    match row.get_ref(index)? {
+    match row.get_ref(index).sql()? {
         ValueRef::Null => Ok(None),
         ValueRef::Blob(bytes) => Uuid::from_slice(bytes)
             .map(Some)
@@ -33,7 +34,7 @@ fn uuid_column(
 }
 
 fn hash_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<Hash> {
-    match row.get_ref(index)? {
+    match row.get_ref(index).sql()? {
         ValueRef::Blob(bytes) => Hash::from_slice(bytes)
             .ok_or_else(|| malformed(position, format!("{name} is not 32 bytes"))),
         _ => Err(malformed(position, format!("{name} is not a blob"))),
@@ -41,7 +42,7 @@ fn hash_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> R
 }
 
 fn u64_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> Result<u64> {
-    match row.get_ref(index)? {
+    match row.get_ref(index).sql()? {
         ValueRef::Integer(value) => {
             u64::try_from(value).map_err(|_| malformed(position, format!("{name} is negative")))
         }
@@ -55,7 +56,7 @@ fn str_column<'row>(
     position: Position,
     name: &str,
 ) -> Result<&'row str> {
-    match row.get_ref(index)? {
+    match row.get_ref(index).sql()? {
         ValueRef::Text(bytes) => std::str::from_utf8(bytes)
             .map_err(|_| malformed(position, format!("{name} is not UTF-8"))),
         _ => Err(malformed(position, format!("{name} is not text"))),
@@ -66,7 +67,7 @@ fn text_column(row: &Row<'_>, index: usize, position: Position, name: &str) -> R
     str_column(row, index, position, name).map(str::to_owned)
 }
 
-/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`](crate::read::ENVELOPE_COLUMNS) (read
+/// Builds an envelope from a row selected with [`ENVELOPE_COLUMNS`](sandlog_eventstore::read::ENVELOPE_COLUMNS) (read
 /// models catching up inside a write transaction use it too).
 /// A row of the wrong shape is [`EventStoreError::Corrupt`], never a panic.
 pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
@@ -76,12 +77,12 @@ pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
         .map_err(|error| malformed(position, error.to_string()))?;
     let event_id = uuid_column(row, 3, position, "event_id")?
         .ok_or_else(|| malformed(position, "event_id is null"))?;
-    let payload = match row.get_ref(10)? {
+    let payload = match row.get_ref(10).sql()? {
         ValueRef::Blob(bytes) => bytes.to_vec(),
         _ => return Err(malformed(position, "payload is not a blob")),
     };
     let schema = u64_column(row, 5, position, "schema")?;
-    let recorded_at = match row.get_ref(6)? {
+    let recorded_at = match row.get_ref(6).sql()? {
         ValueRef::Integer(micros) => Timestamp::from_unix_micros(micros),
         _ => return Err(malformed(position, "recorded_at is not an integer")),
     };
@@ -109,14 +110,14 @@ pub fn log_length(connection: &rusqlite::Connection) -> Result<u64> {
     let head: i64 =
         connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
             row.get(0)
-        })?;
+        }).sql()?;
     Ok(u64::try_from(head).unwrap_or(0))
 }
 
 pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
     let mut statement = transaction.prepare_cached(
         "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",
-    )?;
+    ).sql()?;
     let head = statement
         .query_row([], |row| {
             Ok((
@@ -125,7 +126,7 @@ pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
                 row.get::<_, i64>(2)?,
             ))
         })
-        .optional()?;
+        .optional().sql()?;
     match head {
         None => Ok(Head {
             position: Position::ZERO,
@@ -154,7 +155,7 @@ pub(crate) fn read_stream_version(
     let mut statement = connection.prepare_cached(
         "SELECT version FROM events WHERE stream_key = (SELECT key FROM streams WHERE stream = ?1) \
          ORDER BY version DESC LIMIT 1",
-    )?;
-    let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional()?;
+    ).sql()?;
+    let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional().sql()?;
     Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
 }

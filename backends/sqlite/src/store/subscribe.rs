@@ -39,6 +39,7 @@
 //! its memory is bounded however far behind it starts; while caught up it
 //! looks for new events every [`SUBSCRIBE_POLL`].
 
+use crate::store::SqlResult;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -46,8 +47,8 @@ use rusqlite::OptionalExtension;
 use sandlog_core::{Envelope, Position};
 
 use super::EventStore;
-use crate::error::{EventStoreError, Result};
-use crate::read::{LogFilter, PAGE_EVENTS};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::read::{LogFilter, PAGE_EVENTS};
 
 /// How long a caught-up subscription waits between looks for new events:
 /// short enough to feel live, long enough that an idle follower costs
@@ -244,7 +245,7 @@ impl EventStore {
                 [name],
                 |row| row.get(0),
             )
-            .optional()?;
+            .optional().sql()?;
         let Some(stored) = stored else {
             return Ok(None);
         };
@@ -301,12 +302,12 @@ impl EventStore {
                  updated_at = excluded.updated_at \
                  WHERE excluded.position > consumer_checkpoints.position",
                 rusqlite::params![name, stored, now],
-            )?;
+            ).sql()?;
             let now_stored: i64 = transaction.query_row(
                 "SELECT position FROM consumer_checkpoints WHERE name = ?1",
                 [name],
                 |row| row.get(0),
-            )?;
+            ).sql()?;
             u64::try_from(now_stored).map(Position).map_err(|_| {
                 EventStoreError::CheckpointCorrupt {
                     name: name.to_owned(),

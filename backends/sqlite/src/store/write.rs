@@ -3,17 +3,18 @@
 //!
 //! Blobs are written in the transaction of the events that refer to them, so
 //! a committed event never names a blob that is not stored, and a crash
-//! leaves neither (see [`crate::blobs`]).
+//! leaves neither (see [`sandlog_eventstore::blobs`]).
 
+use crate::store::SqlResult;
 use rusqlite::{Transaction, TransactionBehavior};
 use sandlog_core::{Envelope, Hash, NewEvent, StreamId};
 
 use super::EventStore;
 use super::append::{Tip, insert_batch};
 use super::blobs;
-use crate::blobs::{BlobPut, ErasedBlob};
-use crate::error::{EventStoreError, Result};
-use crate::types::ExpectedVersion;
+use sandlog_eventstore::blobs::{BlobPut, ErasedBlob};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::types::ExpectedVersion;
 
 /// An open write transaction. Made by [`EventStore::write`]; everything
 /// done through it commits together or not at all.
@@ -95,7 +96,7 @@ impl Write<'_, '_> {
     }
 }
 
-impl crate::backend::UnitOfWork for Write<'_, '_> {
+impl sandlog_eventstore::backend::UnitOfWork for Write<'_, '_> {
     fn append(
         &mut self,
         stream: StreamId,
@@ -143,6 +144,7 @@ impl EventStore {
         let mut connection = self.lock_writer();
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
+            .sql()
             .map_err(EventStoreError::from)?;
         let (value, tip, appended) = {
             let mut write = Write {

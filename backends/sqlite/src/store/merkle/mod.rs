@@ -2,12 +2,13 @@
 //! them (levels below [`STORED_LEVEL_MIN`] recomputed from the events),
 //! adding the nodes an append completes, folding a log into the tree.
 
+use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::merkle::{Frontier, MerkleHash, NodeId, NodeSource, frontier_ids};
 use sandlog_core::{Envelope, Hash, Position};
 
-use crate::error::{EventStoreError, Result};
-use crate::merkle::{
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::{
     STORED_LEVEL_MIN, leaf_span, missing_node, nodes_to_store, stored_node_hash, subtree_of_events,
 };
 
@@ -34,13 +35,13 @@ impl StoredNodes<'_> {
     fn event_hashes(&self, start: u64, end: u64) -> Result<Vec<Hash>> {
         let mut statement = self
             .connection
-            .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position")?;
-        let mut rows = statement.query(params![to_i64(start, "leaf")?, to_i64(end, "leaf")?])?;
+            .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position").sql()?;
+        let mut rows = statement.query(params![to_i64(start, "leaf")?, to_i64(end, "leaf")?]).sql()?;
         let mut hashes = Vec::new();
         let mut expected = start + 1;
-        while let Some(row) = rows.next()? {
-            let position: i64 = row.get(0)?;
-            let bytes: Vec<u8> = row.get(1)?;
+        while let Some(row) = rows.next().sql()? {
+            let position: i64 = row.get(0).sql()?;
+            let bytes: Vec<u8> = row.get(1).sql()?;
             let hash: [u8; 32] = bytes.try_into().map_err(|_| EventStoreError::Corrupt {
                 position: Position(expected),
                 reason: "hash is not 32 bytes".into(),
@@ -71,11 +72,11 @@ impl NodeSource for StoredNodes<'_> {
         if id.level >= STORED_LEVEL_MIN {
             let hash: Option<Vec<u8>> = self
                 .connection
-                .prepare_cached("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")?
+                .prepare_cached("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2").sql()?
                 .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
                     row.get(0)
                 })
-                .optional()?;
+                .optional().sql()?;
             let hash = hash.ok_or_else(|| missing_node(id))?;
             return stored_node_hash(id, &hash);
         }
@@ -103,7 +104,7 @@ pub(crate) fn append_leaves(
     envelopes: &[Envelope],
 ) -> Result<()> {
     let mut insert = connection
-        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)").sql()?;
     for envelope in envelopes {
         debug_assert_eq!(envelope.position.0, frontier.size() + 1);
         for (id, hash) in nodes_to_store(frontier, &envelope.hash) {
@@ -111,7 +112,7 @@ pub(crate) fn append_leaves(
                 id.level,
                 to_i64(id.index, "node index")?,
                 hash.0.as_slice()
-            ])?;
+            ]).sql()?;
         }
     }
     Ok(())
@@ -120,19 +121,19 @@ pub(crate) fn append_leaves(
 /// Folds the events after leaf `from` into the tree, in batches on the
 /// given connection (a migration's or a rebuild's transaction).
 pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
-    let head = crate::sqlite::rows::log_length(connection)?;
+    let head = crate::store::rows::log_length(connection)?;
     let mut frontier = load_frontier(connection, from)?;
     let mut insert = connection
-        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)").sql()?;
     let mut select = connection
-        .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position")?;
+        .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position").sql()?;
     let mut done = from;
     while done < head {
         let until = head.min(done + REBUILD_BATCH_EVENTS);
-        let mut rows = select.query(params![to_i64(done, "leaf")?, to_i64(until, "leaf")?])?;
-        while let Some(row) = rows.next()? {
-            let position: i64 = row.get(0)?;
-            let bytes: Vec<u8> = row.get(1)?;
+        let mut rows = select.query(params![to_i64(done, "leaf")?, to_i64(until, "leaf")?]).sql()?;
+        while let Some(row) = rows.next().sql()? {
+            let position: i64 = row.get(0).sql()?;
+            let bytes: Vec<u8> = row.get(1).sql()?;
             if u64::try_from(position).ok() != Some(frontier.size() + 1) {
                 return Err(EventStoreError::Corrupt {
                     position: Position(frontier.size() + 1),
@@ -149,7 +150,7 @@ pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
                         id.level,
                         to_i64(id.index, "node index")?,
                         node.0.as_slice()
-                    ])?;
+                    ]).sql()?;
                 }
             }
         }

@@ -1,24 +1,25 @@
 //! The [`EventStore`] methods over the stored tree: its head and roots,
 //! inclusion and consistency proofs, verification, checkpoints, rebuilding.
 
+use crate::store::SqlResult;
 use rusqlite::{OptionalExtension, params};
 use sandlog_core::Position;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
 
 use super::{StoredNodes, fold_events, to_i64};
-use crate::error::{EventStoreError, Result};
-use crate::merkle::{
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::{
     MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, check_consistency_sizes, check_tree_size,
     inclusion_index, missing_node,
 };
-use crate::sqlite::EventStore;
-use crate::sqlite::rows::log_length;
+use crate::store::EventStore;
+use crate::store::rows::log_length;
 
 impl EventStore {
     /// The tree's size (the log's length) and root, read in one snapshot.
     pub fn merkle_head(&self) -> Result<(u64, MerkleHash)> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         let size = log_length(&snapshot)?;
         let root = merkle::root(
             &StoredNodes {
@@ -32,7 +33,7 @@ impl EventStore {
     /// The root of the tree of the first `size` events.
     pub fn merkle_root(&self, size: u64) -> Result<MerkleHash> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         let head = log_length(&snapshot)?;
         check_tree_size(size, head)?;
         merkle::root(
@@ -47,7 +48,7 @@ impl EventStore {
     /// the first `size` events (`position <= size <= head`).
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         let index = inclusion_index(position, size, log_length(&snapshot)?)?;
         merkle::inclusion_proof(
             &StoredNodes {
@@ -62,7 +63,7 @@ impl EventStore {
     /// `new` events (`old <= new <= head`).
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         let mut connection = self.lock_reader();
-        let snapshot = connection.transaction()?;
+        let snapshot = connection.transaction().sql()?;
         check_consistency_sizes(old, new, log_length(&snapshot)?)?;
         merkle::consistency_proof(
             &StoredNodes {
@@ -79,16 +80,16 @@ impl EventStore {
     /// checked by [`EventStore::verify`].
     pub fn verify_merkle(&self) -> Result<MerkleReport> {
         let connection = self.open_read_only_connection()?;
-        let snapshot = connection.unchecked_transaction()?;
+        let snapshot = connection.unchecked_transaction().sql()?;
         let size = log_length(&snapshot)?;
         let mut frontier = Frontier::new();
-        let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position")?;
+        let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position").sql()?;
         let mut stored =
-            snapshot.prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")?;
-        let mut rows = select.query([])?;
+            snapshot.prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2").sql()?;
+        let mut rows = select.query([]).sql()?;
         let mut nodes_checked = 0u64;
-        while let Some(row) = rows.next()? {
-            let bytes: Vec<u8> = row.get(0)?;
+        while let Some(row) = rows.next().sql()? {
+            let bytes: Vec<u8> = row.get(0).sql()?;
             for (id, node) in frontier.append(&bytes) {
                 if id.level < STORED_LEVEL_MIN {
                     continue;
@@ -97,7 +98,7 @@ impl EventStore {
                     .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
                         row.get(0)
                     })
-                    .optional()?;
+                    .optional().sql()?;
                 match found {
                     Some(found) if found == node.0 => nodes_checked += 1,
                     Some(_) => {
@@ -116,7 +117,7 @@ impl EventStore {
             }
         }
         let extra: i64 =
-            snapshot.query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0))?;
+            snapshot.query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0)).sql()?;
         if u64::try_from(extra).ok() != Some(nodes_checked) {
             return Err(EventStoreError::MerkleDamaged {
                 reason: format!(
@@ -143,7 +144,7 @@ impl EventStore {
                     note,
                     recorded_at
                 ],
-            )?;
+            ).sql()?;
             Ok(())
         })
     }
@@ -154,7 +155,7 @@ impl EventStore {
         let row = connection
             .prepare_cached(
                 "SELECT size, root, note, recorded_at FROM checkpoints ORDER BY id DESC LIMIT 1",
-            )?
+            ).sql()?
             .query_row([], |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
@@ -163,7 +164,7 @@ impl EventStore {
                     row.get::<_, i64>(3)?,
                 ))
             })
-            .optional()?;
+            .optional().sql()?;
         let Some((size, root, note, recorded_at)) = row else {
             return Ok(None);
         };
@@ -187,9 +188,9 @@ impl EventStore {
     /// stored checkpoint's size.
     pub fn rebuild_merkle(&self) -> Result<u64> {
         let folded = self.with_write_transaction(|transaction| -> Result<u64> {
-            transaction.execute("DELETE FROM merkle_nodes", [])?;
+            transaction.execute("DELETE FROM merkle_nodes", []).sql()?;
             let folded = fold_events(transaction, 0)?;
-            crate::sqlite::map::rebuild(transaction)?;
+            crate::store::map::rebuild(transaction)?;
             Ok(folded)
         })?;
         self.frontier.clear();
