@@ -6,7 +6,7 @@
 
 use sandlog_core::{Envelope, Hash, SessionId, StreamId};
 use sandlog_eventstore::{BlobState, BlobTotals, Digest, Head, LogFilter, MerkleReport};
-use sandlog_projections::query::{self, StoreStats};
+use sandlog_sqlite::query::{self, StoreStats};
 use sandlog_projections::replay::{self, Cut};
 use sandlog_projections::{SessionState, State};
 

@@ -1,14 +1,16 @@
 //! Queries on which events name which blobs (`rm_blob_refs`): what `gc`
-//! keeps, what `erase` removes and what a legal hold protects.
+//! keeps, what `erase` removes and what a legal hold protects. The pure rules
+//! (which events name which blobs, the digest of them) are
+//! `sandlog-projections`', re-exported here so a caller names one module.
 
 use crate::store::SqlResult;
+pub use sandlog_projections::evidence::*;
 use rusqlite::params;
 use sandlog_core::{Hash, Position, SessionId, WorkspacePath};
 use crate::EventStore;
 
 use super::query::session_id_column;
 use sandlog_projections::error::{ProjectionError, Result};
-use sandlog_projections::evidence::BlobRef;
 
 fn hash_column(bytes: &[u8]) -> Result<Hash> {
     Hash::from_slice(bytes)

@@ -1,7 +1,9 @@
 //! Queries over the SQL read models: sessions, files, prune candidates,
-//! statistics.
+//! statistics. Their result types are `sandlog-projections`', re-exported
+//! here so a caller names one module.
 
 use crate::store::SqlResult;
+pub use sandlog_projections::query::*;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, Row, params};
@@ -13,7 +15,6 @@ use sandlog_projections::error::{ProjectionError, Result};
 use sandlog_projections::prune::{
     ActiveSession, HELD_SKIP_REASON, LEGACY_SKIP_REASON, PrunePlanner, SkippedSession,
 };
-use sandlog_projections::query::{FileView, PrunePlan, SessionSummary, StoreStats};
 use sandlog_projections::state::{FileEntry, SessionState, SessionStatus};
 
 const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly, node";
