@@ -20,7 +20,8 @@ use sandlog_runtime::core::policy::PrunePolicy;
 use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
-use sandlog_runtime::eventstore::{LogFilter, UpgradeEvent, UpgradeObserver};
+use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::sqlite::{UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::native::NativeOptions;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
