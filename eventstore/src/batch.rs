@@ -53,9 +53,7 @@ pub fn validate_batch(events: &[NewEvent]) -> Result<()> {
 /// Checks a several-stream batch as a whole (total size, each stream
 /// once, each id once); returns the number of events. Shared by every
 /// backend.
-pub fn validate_multi(
-    batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
-) -> Result<usize> {
+pub fn validate_multi(batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)]) -> Result<usize> {
     let total: usize = batch.iter().map(|(_, _, events)| events.len()).sum();
     if total > BATCH_EVENTS_MAX {
         return Err(EventStoreError::InvalidBatch(format!(

@@ -17,9 +17,9 @@ use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
 use sandlog_eventstore::{EventStoreError, ExpectedVersion};
-use sandlog_sqlite::{Durability, EventStore, OpenOptions, UpgradeObserver};
-use sandlog_sqlite::query::{self, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
+use sandlog_sqlite::query::{self, SessionSummary};
+use sandlog_sqlite::{Durability, EventStore, OpenOptions, UpgradeObserver};
 
 use crate::anchor;
 use crate::error::{Result, RuntimeError};
@@ -345,8 +345,7 @@ impl Engine {
         open_options.create = false;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
-        let report =
-            sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
+        let report = sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
         if report.events > 0 {
             tracing::info!(
                 events = report.events,

@@ -2,8 +2,8 @@
 //! digest) and the read models against a fold of the whole log (A1).
 
 use sandlog_eventstore::Digest;
-use sandlog_sqlite::query::{self, StoreStats};
 use sandlog_projections::{State, apply};
+use sandlog_sqlite::query::{self, StoreStats};
 use serde::Serialize;
 
 use crate::engine::Engine;

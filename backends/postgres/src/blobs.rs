@@ -154,24 +154,30 @@ pub(crate) fn put_from_in(
         Some(hash) => hash.0.to_vec(),
         None => pending.to_vec(),
     };
-    session.transaction.batch_execute("SAVEPOINT blob_put").pg()?;
+    session
+        .transaction
+        .batch_execute("SAVEPOINT blob_put")
+        .pg()?;
     match put_chunks(session, reader, expected, size_max, &key, now) {
         Ok(put) if put.deduplicated => {
             session
                 .transaction
-                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put").pg()?;
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")
+                .pg()?;
             Ok(put)
         }
         Ok(put) => {
             session
                 .transaction
-                .batch_execute("RELEASE SAVEPOINT blob_put").pg()?;
+                .batch_execute("RELEASE SAVEPOINT blob_put")
+                .pg()?;
             Ok(put)
         }
         Err(error) => {
             session
                 .transaction
-                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put").pg()?;
+                .batch_execute("ROLLBACK TO SAVEPOINT blob_put; RELEASE SAVEPOINT blob_put")
+                .pg()?;
             Err(error)
         }
     }

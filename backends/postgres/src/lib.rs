@@ -405,7 +405,8 @@ pub(crate) fn read_session<T>(
         .build_transaction()
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
-        .start().pg()?;
+        .start()
+        .pg()?;
     let mut session = Session {
         transaction,
         statements: &mut conn.statements,
@@ -422,7 +423,9 @@ fn connect_config(config: &postgres::Config) -> Result<Conn> {
     // sees as empty, it picks sequential scans and keeps them as the log
     // grows (the id lookup of every append then reads the whole table).
     // The store's statements are point lookups, cheap to plan.
-    client.batch_execute("SET plan_cache_mode = force_custom_plan").pg()?;
+    client
+        .batch_execute("SET plan_cache_mode = force_custom_plan")
+        .pg()?;
     Ok(Conn {
         client,
         statements: StatementCache::default(),
@@ -487,7 +490,10 @@ impl sandlog_eventstore::Backend for PgEventStore {
         PgEventStore::append_batch(self, batch)
     }
 
-    fn query_page(&self, filter: &sandlog_eventstore::LogFilter) -> Result<Vec<sandlog_core::Envelope>> {
+    fn query_page(
+        &self,
+        filter: &sandlog_eventstore::LogFilter,
+    ) -> Result<Vec<sandlog_core::Envelope>> {
         PgEventStore::query_page(self, filter)
     }
 
@@ -502,7 +508,10 @@ impl sandlog_eventstore::Backend for PgEventStore {
         PgEventStore::stream_version(self, stream)
     }
 
-    fn verify(&self, digest: Option<sandlog_eventstore::Digest>) -> Result<sandlog_eventstore::VerifyReport> {
+    fn verify(
+        &self,
+        digest: Option<sandlog_eventstore::Digest>,
+    ) -> Result<sandlog_eventstore::VerifyReport> {
         PgEventStore::verify(self, digest)
     }
 

@@ -375,7 +375,8 @@ impl PgEventStore {
             loop {
                 let rows = session
                     .transaction
-                    .query_portal(&portal, VERIFY_FETCH_ROWS).pg()?;
+                    .query_portal(&portal, VERIFY_FETCH_ROWS)
+                    .pg()?;
                 for row in &rows {
                     walk.row(row)?;
                 }
@@ -419,8 +420,11 @@ impl PgEventStore {
     /// the first `size` events (`position <= size <= head`).
     pub fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
-            let index =
-                sandlog_eventstore::merkle::inclusion_index(position, size, read_head(session)?.position.0)?;
+            let index = sandlog_eventstore::merkle::inclusion_index(
+                position,
+                size,
+                read_head(session)?.position.0,
+            )?;
             merkle::inclusion_proof(
                 &PgNodes {
                     session: RefCell::new(session),
@@ -435,7 +439,11 @@ impl PgEventStore {
     /// `new` events (`old <= new <= head`).
     pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>> {
         self.with_read(|session| {
-            sandlog_eventstore::merkle::check_consistency_sizes(old, new, read_head(session)?.position.0)?;
+            sandlog_eventstore::merkle::check_consistency_sizes(
+                old,
+                new,
+                read_head(session)?.position.0,
+            )?;
             merkle::consistency_proof(
                 &PgNodes {
                     session: RefCell::new(session),

@@ -141,7 +141,9 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
     // Outlives the transaction: the map's rebuild runs in a session.
     let mut statements = crate::StatementCache::default();
     let mut transaction = client.transaction().pg()?;
-    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).pg()?;
+    transaction
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
+        .pg()?;
     let has_schema_table: bool = transaction
         .query_one(
             "SELECT to_regclass('sandlog_schema') IS NOT NULL, to_regclass('events') IS NOT NULL",
@@ -163,15 +165,21 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
             }
         }).pg()??;
     if !has_schema_table {
-        transaction.batch_execute(
-            "CREATE TABLE sandlog_schema (application TEXT NOT NULL, version BIGINT NOT NULL)",
-        ).pg()?;
-        transaction.execute(
-            "INSERT INTO sandlog_schema (application, version) VALUES ($1, 0)",
-            &[&APPLICATION],
-        ).pg()?;
+        transaction
+            .batch_execute(
+                "CREATE TABLE sandlog_schema (application TEXT NOT NULL, version BIGINT NOT NULL)",
+            )
+            .pg()?;
+        transaction
+            .execute(
+                "INSERT INTO sandlog_schema (application, version) VALUES ($1, 0)",
+                &[&APPLICATION],
+            )
+            .pg()?;
     }
-    let rows = transaction.query("SELECT application, version FROM sandlog_schema", &[]).pg()?;
+    let rows = transaction
+        .query("SELECT application, version FROM sandlog_schema", &[])
+        .pg()?;
     let [row] = rows.as_slice() else {
         return Err(foreign(
             database,
@@ -217,7 +225,8 @@ pub(crate) fn migrate(client: &mut Client, database: &str) -> Result<()> {
     if version < SCHEMA_VERSION {
         session
             .transaction
-            .execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION]).pg()?;
+            .execute("UPDATE sandlog_schema SET version = $1", &[&SCHEMA_VERSION])
+            .pg()?;
     }
     session.transaction.commit().pg()?;
     Ok(())

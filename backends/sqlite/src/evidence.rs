@@ -3,11 +3,11 @@
 //! (which events name which blobs, the digest of them) are
 //! `sandlog-projections`', re-exported here so a caller names one module.
 
+use crate::EventStore;
 use crate::store::SqlResult;
-pub use sandlog_projections::evidence::*;
 use rusqlite::params;
 use sandlog_core::{Hash, Position, SessionId, WorkspacePath};
-use crate::EventStore;
+pub use sandlog_projections::evidence::*;
 
 use super::query::session_id_column;
 use sandlog_projections::error::{ProjectionError, Result};
@@ -69,8 +69,10 @@ pub fn refs_to(store: &EventStore, hash: &Hash) -> Result<Vec<BlobRef>> {
 pub fn is_referenced(store: &EventStore, hash: &Hash) -> Result<bool> {
     store.with_reader(|connection| {
         Ok(connection
-            .prepare_cached("SELECT 1 FROM rm_blob_refs WHERE hash = ?1").sql()?
-            .exists([hash.0.as_slice()]).sql()?)
+            .prepare_cached("SELECT 1 FROM rm_blob_refs WHERE hash = ?1")
+            .sql()?
+            .exists([hash.0.as_slice()])
+            .sql()?)
     })
 }
 
@@ -78,15 +80,19 @@ pub fn is_referenced(store: &EventStore, hash: &Hash) -> Result<bool> {
 /// held session names: what a retention policy may erase.
 pub fn expired_blobs(store: &EventStore, position: Position) -> Result<Vec<Hash>> {
     store.with_reader(|connection| {
-        let mut statement = connection.prepare_cached(
-            "SELECT refs.hash FROM rm_blob_refs AS refs \
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT refs.hash FROM rm_blob_refs AS refs \
              GROUP BY refs.hash HAVING max(refs.position) <= ?1 \
              AND NOT EXISTS (SELECT 1 FROM rm_blob_refs AS other JOIN rm_sessions AS held \
                  ON held.session_key = other.session_key \
                  WHERE other.hash = refs.hash AND held.held IS NOT NULL) \
              ORDER BY refs.hash",
-        ).sql()?;
-        let mut rows = statement.query(params![i64::try_from(position.0).unwrap_or(i64::MAX)]).sql()?;
+            )
+            .sql()?;
+        let mut rows = statement
+            .query(params![i64::try_from(position.0).unwrap_or(i64::MAX)])
+            .sql()?;
         let mut hashes = Vec::new();
         while let Some(row) = rows.next().sql()? {
             let bytes: Vec<u8> = row.get(0).sql()?;
@@ -115,8 +121,9 @@ pub fn held_sessions_naming(store: &EventStore, hash: &Hash) -> Result<Vec<(Sess
 /// Every blob some event says was stored, once each, in address order.
 pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
     store.with_reader(|connection| {
-        let mut statement =
-            connection.prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash").sql()?;
+        let mut statement = connection
+            .prepare_cached("SELECT DISTINCT hash FROM rm_blob_refs ORDER BY hash")
+            .sql()?;
         let mut rows = statement.query([]).sql()?;
         let mut hashes = Vec::new();
         while let Some(row) = rows.next().sql()? {
@@ -133,10 +140,12 @@ pub fn referenced_blobs(store: &EventStore) -> Result<Vec<Hash>> {
 /// is a corrupt read model.
 pub fn stored_refs_digest(store: &EventStore) -> Result<sandlog_projections::evidence::RefsDigest> {
     store.with_reader(|connection| {
-        let mut statement = connection.prepare(
-            "SELECT position, session_id, role, hash, path FROM rm_blob_refs \
+        let mut statement = connection
+            .prepare(
+                "SELECT position, session_id, role, hash, path FROM rm_blob_refs \
              ORDER BY position, role, hash, path",
-        ).sql()?;
+            )
+            .sql()?;
         let mut rows = statement.query([]).sql()?;
         let mut digester = sandlog_projections::evidence::RefsDigester::default();
         while let Some(row) = rows.next().sql()? {

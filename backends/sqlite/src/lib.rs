@@ -37,6 +37,6 @@ pub use store::subscribe::{
 };
 pub use store::write::Write;
 pub use store::{
-    APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqliteError,
-    Upgrade, UpgradeEvent, UpgradeObserver, UpgradeStarted,
+    APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqlResult,
+    SqliteError, Upgrade, UpgradeEvent, UpgradeObserver, UpgradeStarted,
 };

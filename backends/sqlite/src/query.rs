@@ -6,9 +6,9 @@ use crate::store::SqlResult;
 pub use sandlog_projections::query::*;
 use std::collections::BTreeMap;
 
+use crate::EventStore;
 use rusqlite::{Connection, Row, params};
 use sandlog_core::{PrunePolicy, SessionId, StreamVersion, Timestamp, WorkspacePath};
-use crate::EventStore;
 
 use super::read_model::{load_active_totals, load_files, load_session, load_stats};
 use sandlog_projections::error::{ProjectionError, Result};
@@ -39,10 +39,12 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
         session_id,
         status,
         created_at: row
-            .get::<_, Option<i64>>(2).sql()?
+            .get::<_, Option<i64>>(2)
+            .sql()?
             .map(Timestamp::from_unix_micros),
         updated_at: row
-            .get::<_, Option<i64>>(3).sql()?
+            .get::<_, Option<i64>>(3)
+            .sql()?
             .map(Timestamp::from_unix_micros),
         exec_count: u64::try_from(row.get::<_, i64>(4).sql()?).unwrap_or(0),
         last_outcome,
@@ -55,11 +57,14 @@ fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
         held: row.get(11).sql()?,
         group: row.get(12).sql()?,
         max_size: row
-            .get::<_, Option<i64>>(13).sql()?
+            .get::<_, Option<i64>>(13)
+            .sql()?
             .map(|size| u64::try_from(size).map_err(|_| corrupt(format!("max_size {size}"))))
             .transpose()?,
-        readonly: super::read_model::decode_readonly(row.get::<_, Option<String>>(14).sql()?.as_deref())
-            .map_err(|error| corrupt(format!("readonly: {error}")))?,
+        readonly: super::read_model::decode_readonly(
+            row.get::<_, Option<String>>(14).sql()?.as_deref(),
+        )
+        .map_err(|error| corrupt(format!("readonly: {error}")))?,
         node: row.get(15).sql()?,
     })
 }
@@ -70,9 +75,11 @@ pub fn session(store: &EventStore, session_id: SessionId) -> Result<Option<Sessi
 }
 
 fn session_in(connection: &Connection, session_id: SessionId) -> Result<Option<SessionSummary>> {
-    let mut statement = connection.prepare_cached(&format!(
-        "SELECT {SUMMARY_COLUMNS} FROM rm_sessions WHERE session_id = ?1"
-    )).sql()?;
+    let mut statement = connection
+        .prepare_cached(&format!(
+            "SELECT {SUMMARY_COLUMNS} FROM rm_sessions WHERE session_id = ?1"
+        ))
+        .sql()?;
     let mut rows = statement.query([session_id.to_string()]).sql()?;
     match rows.next().sql()? {
         Some(row) => Ok(Some(summary_from_row(row)?)),
@@ -128,7 +135,9 @@ pub fn sessions_where(
         let mut rows = match (status, group) {
             (None, None) => statement.query([]).sql()?,
             (Some(status), None) => statement.query(params![status]).sql()?,
-            (None, Some(group)) => statement.query(params![rusqlite::types::Null, group]).sql()?,
+            (None, Some(group)) => statement
+                .query(params![rusqlite::types::Null, group])
+                .sql()?,
             (Some(status), Some(group)) => statement.query(params![status, group]).sql()?,
         };
         let mut sessions = Vec::new();
@@ -245,13 +254,15 @@ pub fn prune_candidates(
                     .prepare_cached(
                         "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
                          WHERE status = 'active' AND (node IS NULL OR node = ?1)",
-                    ).sql()?
+                    )
+                    .sql()?
                     .query_row([node], |row| {
                         Ok((
                             u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                             u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
                         ))
-                    }).sql()?,
+                    })
+                    .sql()?,
                 // A group's totals are not kept; a group is a task's few
                 // sessions, counted through the group index.
                 (Some(group), _) => connection
@@ -259,13 +270,15 @@ pub fn prune_candidates(
                         "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM rm_sessions \
                          WHERE group_name = ?1 AND status = 'active' \
                          AND (?2 IS NULL OR node IS NULL OR node = ?2)",
-                    ).sql()?
+                    )
+                    .sql()?
                     .query_row(params![group, node], |row| {
                         Ok((
                             u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
                             u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
                         ))
-                    }).sql()?,
+                    })
+                    .sql()?,
             }
         } else {
             (0, 0)
@@ -282,10 +295,12 @@ pub fn prune_candidates(
             held
         };
         {
-            let mut statement = connection.prepare_cached(match group {
-                None => CANDIDATES,
-                Some(_) => GROUP_CANDIDATES,
-            }).sql()?;
+            let mut statement = connection
+                .prepare_cached(match group {
+                    None => CANDIDATES,
+                    Some(_) => GROUP_CANDIDATES,
+                })
+                .sql()?;
             let mut rows = match group {
                 None => statement.query(params![node]).sql()?,
                 Some(group) => statement.query(params![node, group]).sql()?,

@@ -3,9 +3,9 @@
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
 use sandlog_runtime::eventstore::{Digest, LogFilter};
-use sandlog_runtime::sqlite::{SUBSCRIBE_POLL, SubscribeFrom};
 use sandlog_runtime::projections::SessionSummary;
 use sandlog_runtime::projections::replay::Cut;
+use sandlog_runtime::sqlite::{SUBSCRIBE_POLL, SubscribeFrom};
 use serde_json::json;
 
 use crate::args::{LogArgs, MigrateArgs, ReplayArgs, VerifyArgs};

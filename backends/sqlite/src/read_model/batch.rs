@@ -16,7 +16,9 @@ use super::rows::{
     to_i64,
 };
 use sandlog_projections::error::Result;
-use sandlog_projections::state::{EventContext, SessionState, SessionStatus, State, apply_in_context};
+use sandlog_projections::state::{
+    EventContext, SessionState, SessionStatus, State, apply_in_context,
+};
 
 /// What one session adds to `rm_totals`: one session and its bytes while
 /// it is active, nothing otherwise.
@@ -281,33 +283,37 @@ impl<'c> Batch<'c> {
                 );
                 match loaded.key {
                     Some(key) => {
-                        update_session.execute(params![
-                            key, values.0, values.1, values.2, values.3, values.4, values.5,
-                            values.6, values.7, values.8, values.9, values.10, values.11,
-                            values.12, values.13, values.14, values.15,
-                        ]).sql()?;
+                        update_session
+                            .execute(params![
+                                key, values.0, values.1, values.2, values.3, values.4, values.5,
+                                values.6, values.7, values.8, values.9, values.10, values.11,
+                                values.12, values.13, values.14, values.15,
+                            ])
+                            .sql()?;
                     }
                     None => {
                         new_sessions.push(*session_id);
-                        insert_session.execute(params![
-                            session_id.to_string(),
-                            values.0,
-                            values.1,
-                            values.2,
-                            values.3,
-                            values.4,
-                            values.5,
-                            values.6,
-                            values.7,
-                            values.8,
-                            values.9,
-                            values.10,
-                            values.11,
-                            values.12,
-                            values.13,
-                            values.14,
-                            values.15,
-                        ]).sql()?;
+                        insert_session
+                            .execute(params![
+                                session_id.to_string(),
+                                values.0,
+                                values.1,
+                                values.2,
+                                values.3,
+                                values.4,
+                                values.5,
+                                values.6,
+                                values.7,
+                                values.8,
+                                values.9,
+                                values.10,
+                                values.11,
+                                values.12,
+                                values.13,
+                                values.14,
+                                values.15,
+                            ])
+                            .sql()?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }
                 }
@@ -320,7 +326,8 @@ impl<'c> Batch<'c> {
                  updated_at = excluded.updated_at",
             ).sql()?;
             let mut delete_file = connection
-                .prepare_cached("DELETE FROM rm_files WHERE session_key = ?1 AND path = ?2").sql()?;
+                .prepare_cached("DELETE FROM rm_files WHERE session_key = ?1 AND path = ?2")
+                .sql()?;
             for session_id in &new_sessions {
                 let (Some(session), Some(key)) = (
                     self.state.sessions.get(session_id),
@@ -329,13 +336,15 @@ impl<'c> Batch<'c> {
                     continue;
                 };
                 for (path, file) in &session.files {
-                    upsert_file.execute(params![
-                        key,
-                        path.as_str(),
-                        to_i64(file.size),
-                        file.blake3.0.as_slice(),
-                        file.updated_at.unix_micros(),
-                    ]).sql()?;
+                    upsert_file
+                        .execute(params![
+                            key,
+                            path.as_str(),
+                            to_i64(file.size),
+                            file.blake3.0.as_slice(),
+                            file.updated_at.unix_micros(),
+                        ])
+                        .sql()?;
                 }
             }
             for (session_id, path) in &self.dirty_files {
@@ -350,13 +359,15 @@ impl<'c> Batch<'c> {
                     continue;
                 };
                 match entry {
-                    Some(file) => upsert_file.execute(params![
-                        key,
-                        path.as_str(),
-                        to_i64(file.size),
-                        file.blake3.0.as_slice(),
-                        file.updated_at.unix_micros(),
-                    ]).sql()?,
+                    Some(file) => upsert_file
+                        .execute(params![
+                            key,
+                            path.as_str(),
+                            to_i64(file.size),
+                            file.blake3.0.as_slice(),
+                            file.updated_at.unix_micros(),
+                        ])
+                        .sql()?,
                     None => delete_file.execute(params![key, path.as_str()]).sql()?,
                 };
             }
@@ -376,8 +387,10 @@ impl<'c> Batch<'c> {
                 .prepare_cached(
                     "UPDATE rm_totals SET active_sessions = active_sessions + ?1, \
                      active_bytes = active_bytes + ?2 WHERE id = 1",
-                ).sql()?
-                .execute([sessions_delta, bytes_delta]).sql()?;
+                )
+                .sql()?
+                .execute([sessions_delta, bytes_delta])
+                .sql()?;
         }
         if self.stats_dirty {
             let json = serde_json::to_string(&self.state.stats)
@@ -398,19 +411,23 @@ impl<'c> Batch<'c> {
                     .loaded
                     .get(&blob.session_id)
                     .and_then(|loaded| loaded.key);
-                insert_ref.execute(params![
-                    blob.hash.0.as_slice(),
-                    blob.session_id.to_string(),
-                    key,
-                    to_i64(blob.position.0),
-                    blob.role,
-                    blob.path.as_ref().map(WorkspacePath::as_str),
-                ]).sql()?;
+                insert_ref
+                    .execute(params![
+                        blob.hash.0.as_slice(),
+                        blob.session_id.to_string(),
+                        key,
+                        to_i64(blob.position.0),
+                        blob.role,
+                        blob.path.as_ref().map(WorkspacePath::as_str),
+                    ])
+                    .sql()?;
             }
         }
         connection
-            .prepare_cached("UPDATE rm_checkpoint SET position = ?1 WHERE id = 1").sql()?
-            .execute([to_i64(self.state.position.0)]).sql()?;
+            .prepare_cached("UPDATE rm_checkpoint SET position = ?1 WHERE id = 1")
+            .sql()?
+            .execute([to_i64(self.state.position.0)])
+            .sql()?;
         self.state.sessions.clear();
         self.loaded.clear();
         self.dirty_sessions.clear();

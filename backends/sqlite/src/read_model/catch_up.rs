@@ -4,11 +4,11 @@
 use crate::store::SqlResult;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
+use crate::EventStore;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, Row, params};
 use sandlog_core::event::Event;
 use sandlog_core::{CoreError, Position, StreamId, StreamVersion, Timestamp};
-use crate::EventStore;
 use sandlog_eventstore::EventStoreError;
 
 use super::batch::{Batch, as_refs};
@@ -96,10 +96,12 @@ pub(super) fn catch_up_chunk(connection: &Connection) -> Result<usize> {
     };
     let mut batch = Batch::new(connection, position)?;
     let mut statement = fold_rows_after(connection).sql()?;
-    let mut rows = statement.query(params![
-        to_i64(position.0),
-        to_i64(CATCH_UP_CHUNK_EVENTS as u64)
-    ]).sql()?;
+    let mut rows = statement
+        .query(params![
+            to_i64(position.0),
+            to_i64(CATCH_UP_CHUNK_EVENTS as u64)
+        ])
+        .sql()?;
     let mut folded = 0;
     while let Some(row) = rows.next().sql()? {
         let (context, decoded) = fold_row(row)?;
@@ -172,10 +174,12 @@ fn read_decoded(
             let batch = {
                 let transaction = connection.unchecked_transaction().sql()?;
                 let mut statement = fold_rows_after(&transaction).sql()?;
-                let mut rows = statement.query(params![
-                    to_i64(after.0),
-                    to_i64(DECODED_BATCH_EVENTS as u64)
-                ]).sql()?;
+                let mut rows = statement
+                    .query(params![
+                        to_i64(after.0),
+                        to_i64(DECODED_BATCH_EVENTS as u64)
+                    ])
+                    .sql()?;
                 let mut batch = Vec::with_capacity(DECODED_BATCH_EVENTS);
                 while let Some(row) = rows.next().sql()? {
                     batch.push(fold_row(row)?);

@@ -30,10 +30,10 @@ mod schema;
 use crate::store::SqlResult;
 use std::sync::Arc;
 
-use rusqlite::Connection;
-use sandlog_core::{Envelope, Position};
 use crate::store::rows::log_length;
 use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
+use rusqlite::Connection;
+use sandlog_core::{Envelope, Position};
 
 use self::batch::Batch;
 use self::catch_up::{
@@ -214,8 +214,12 @@ fn rebuild_unless(
         }
         // The page cache belongs to the connection, not the transaction:
         // set for the refold, and given back afterwards, failed or not.
-        let usual: i64 = transaction.query_row("PRAGMA cache_size", [], |row| row.get(0)).sql()?;
-        transaction.execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}")).sql()?;
+        let usual: i64 = transaction
+            .query_row("PRAGMA cache_size", [], |row| row.get(0))
+            .sql()?;
+        transaction
+            .execute_batch(&format!("PRAGMA cache_size = -{REBUILD_CACHE_KIB}"))
+            .sql()?;
         let refolded = refold(store, transaction);
         let restored = transaction.execute_batch(&format!("PRAGMA cache_size = {usual}"));
         let refolded = refolded?;

@@ -161,9 +161,11 @@ pub(crate) fn load_files(
     session_id: SessionId,
 ) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
     let key: Option<i64> = connection
-        .prepare_cached("SELECT session_key FROM rm_sessions WHERE session_id = ?1").sql()?
+        .prepare_cached("SELECT session_key FROM rm_sessions WHERE session_id = ?1")
+        .sql()?
         .query_row([session_id.to_string()], |row| row.get(0))
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     match key {
         Some(key) => load_files_by_key(connection, key),
         None => Ok(BTreeMap::new()),
@@ -181,12 +183,14 @@ pub(crate) fn load_file(
             "SELECT f.size, f.blake3, f.updated_at FROM rm_files f \
              JOIN rm_sessions s ON s.session_key = f.session_key \
              WHERE s.session_id = ?1 AND f.path = ?2",
-        ).sql()?
+        )
+        .sql()?
         .query_row(
             rusqlite::params![session_id.to_string(), path.as_str()],
             file_row,
         )
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     row.map(|row| decode_file_row(row, path)).transpose()
 }
 
@@ -219,9 +223,11 @@ pub(super) fn load_file_by_key(
     let row = connection
         .prepare_cached(
             "SELECT size, blake3, updated_at FROM rm_files WHERE session_key = ?1 AND path = ?2",
-        ).sql()?
+        )
+        .sql()?
         .query_row(params![session_key, path.as_str()], file_row)
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     row.map(|row| decode_file_row(row, path)).transpose()
 }
 
@@ -230,9 +236,11 @@ pub(super) fn load_files_by_key(
     connection: &Connection,
     session_key: i64,
 ) -> Result<BTreeMap<WorkspacePath, FileEntry>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT path, size, blake3, updated_at FROM rm_files WHERE session_key = ?1",
-    ).sql()?;
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT path, size, blake3, updated_at FROM rm_files WHERE session_key = ?1",
+        )
+        .sql()?;
     let mut rows = statement.query([session_key]).sql()?;
     let mut files = BTreeMap::new();
     while let Some(row) = rows.next().sql()? {
@@ -257,16 +265,20 @@ pub(super) fn load_files_by_key(
 /// `(active sessions, their bytes)` from `rm_totals`.
 pub(crate) fn load_active_totals(connection: &Connection) -> Result<(u64, u64)> {
     let (sessions, bytes): (i64, i64) = connection
-        .prepare_cached("SELECT active_sessions, active_bytes FROM rm_totals WHERE id = 1").sql()?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?))).sql()?;
+        .prepare_cached("SELECT active_sessions, active_bytes FROM rm_totals WHERE id = 1")
+        .sql()?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .sql()?;
     Ok((to_u64(sessions), to_u64(bytes)))
 }
 
 pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {
     let json: Option<String> = connection
-        .prepare_cached("SELECT json FROM rm_stats WHERE id = 1").sql()?
+        .prepare_cached("SELECT json FROM rm_stats WHERE id = 1")
+        .sql()?
         .query_row([], |row| row.get(0))
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     match json {
         None => Ok(CleanupStats::default()),
         Some(json) => {

@@ -138,22 +138,28 @@ pub(super) fn checkpoint(connection: &Connection) -> Result<Option<(Position, i6
         return Ok(None);
     }
     let row: Option<(i64, i64)> = connection
-        .prepare_cached("SELECT position, model_version FROM rm_checkpoint WHERE id = 1").sql()?
+        .prepare_cached("SELECT position, model_version FROM rm_checkpoint WHERE id = 1")
+        .sql()?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     Ok(row.map(|(position, version)| (Position(to_u64(position)), version)))
 }
 
 pub(crate) fn reset(connection: &Connection) -> Result<()> {
     connection.execute_batch(DROP).sql()?;
     connection.execute_batch(SCHEMA).sql()?;
-    connection.execute(
-        "INSERT INTO rm_checkpoint (id, position, model_version) VALUES (1, 0, ?1)",
-        [READ_MODEL_VERSION],
-    ).sql()?;
-    connection.execute(
-        "INSERT INTO rm_totals (id, active_sessions, active_bytes) VALUES (1, 0, 0)",
-        [],
-    ).sql()?;
+    connection
+        .execute(
+            "INSERT INTO rm_checkpoint (id, position, model_version) VALUES (1, 0, ?1)",
+            [READ_MODEL_VERSION],
+        )
+        .sql()?;
+    connection
+        .execute(
+            "INSERT INTO rm_totals (id, active_sessions, active_bytes) VALUES (1, 0, 0)",
+            [],
+        )
+        .sql()?;
     Ok(())
 }

@@ -30,8 +30,14 @@ pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (position, stream, ver
 /// none: one more than the largest, so streams written together get
 /// neighbouring keys (see the module documentation of `sqlite`).
 pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
-    let mut select = connection.prepare_cached("SELECT key FROM streams WHERE stream = ?1").sql()?;
-    if let Some(key) = select.query_row([stream], |row| row.get(0)).optional().sql()? {
+    let mut select = connection
+        .prepare_cached("SELECT key FROM streams WHERE stream = ?1")
+        .sql()?;
+    if let Some(key) = select
+        .query_row([stream], |row| row.get(0))
+        .optional()
+        .sql()?
+    {
         return Ok(key);
     }
     new_stream_key(connection, stream)
@@ -39,8 +45,9 @@ pub(crate) fn stream_key(connection: &rusqlite::Connection, stream: &str) -> Res
 
 /// Gives `stream`, which has no key yet, the next one.
 fn new_stream_key(connection: &rusqlite::Connection, stream: &str) -> Result<i64> {
-    let mut insert =
-        connection.prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key").sql()?;
+    let mut insert = connection
+        .prepare_cached("INSERT INTO streams (stream) VALUES (?1) RETURNING key")
+        .sql()?;
     Ok(insert.query_row([stream], |row| row.get(0)).sql()?)
 }
 
@@ -256,13 +263,16 @@ fn stream_state(
     transaction: &Transaction<'_>,
     stream_text: &str,
 ) -> Result<(Option<i64>, Option<StreamVersion>)> {
-    let mut select = transaction.prepare_cached(
-        "SELECT key, (SELECT version FROM events WHERE stream_key = streams.key \
+    let mut select = transaction
+        .prepare_cached(
+            "SELECT key, (SELECT version FROM events WHERE stream_key = streams.key \
          ORDER BY version DESC LIMIT 1) FROM streams WHERE stream = ?1",
-    ).sql()?;
+        )
+        .sql()?;
     let row: Option<(i64, Option<i64>)> = select
         .query_row([stream_text], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     let Some((key, version)) = row else {
         return Ok((None, None));
     };
@@ -321,7 +331,9 @@ fn stored_by_id(transaction: &Transaction<'_>, event: &NewEvent) -> Result<Optio
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, correlation_id, \
          causation_id, payload, prev_hash, hash FROM events WHERE event_id = ?1",
     ).sql()?;
-    let mut rows = statement.query([event.event_id.0.as_bytes().as_slice()]).sql()?;
+    let mut rows = statement
+        .query([event.event_id.0.as_bytes().as_slice()])
+        .sql()?;
     match rows.next().sql()? {
         Some(row) => Ok(Some(envelope_from_row(row)?)),
         None => Ok(None),

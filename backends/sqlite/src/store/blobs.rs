@@ -45,11 +45,13 @@ fn to_u64(value: i64) -> u64 {
 
 fn state_in(connection: &Connection, hash: &Hash) -> Result<BlobState> {
     let row: Option<(i64, i64, Option<i64>)> = connection
-        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1").sql()?
+        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1")
+        .sql()?
         .query_row([hash.0.as_slice()], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     Ok(match row {
         None => BlobState::Missing,
         Some((size, _, Some(erased_at))) => BlobState::Erased {
@@ -98,7 +100,9 @@ pub(crate) fn put(
     let outcome = put_chunks(transaction, reader, expected, size_max, key, now);
     match outcome {
         Ok(put) if put.deduplicated => {
-            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put").sql()?;
+            transaction
+                .execute_batch("ROLLBACK TO blob_put; RELEASE blob_put")
+                .sql()?;
             Ok(put)
         }
         Ok(put) => {
@@ -106,7 +110,9 @@ pub(crate) fn put(
             Ok(put)
         }
         Err(error) => {
-            transaction.execute_batch("ROLLBACK TO blob_put; RELEASE blob_put").sql()?;
+            transaction
+                .execute_batch("ROLLBACK TO blob_put; RELEASE blob_put")
+                .sql()?;
             Err(error)
         }
     }
@@ -147,14 +153,16 @@ fn put_chunks(
         hasher.update(raw);
         let (codec, data) = encode(raw)?;
         stored += data.len() as u64;
-        insert.execute(params![
-            key,
-            seq,
-            codec,
-            read as i64,
-            Hash::of(raw).0.as_slice(),
-            data
-        ]).sql()?;
+        insert
+            .execute(params![
+                key,
+                seq,
+                codec,
+                read as i64,
+                Hash::of(raw).0.as_slice(),
+                data
+            ])
+            .sql()?;
         seq += 1;
         if read < CHUNK_BYTES {
             break;
@@ -205,8 +213,10 @@ fn put_chunks(
         // Rewrites each row; the old copies' space is zeroed (the store's
         // connections run with secure_delete on).
         transaction
-            .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2").sql()?
-            .execute(params![hash.0.as_slice(), key]).sql()?;
+            .prepare_cached("UPDATE blob_chunks SET hash = ?1 WHERE hash = ?2")
+            .sql()?
+            .execute(params![hash.0.as_slice(), key])
+            .sql()?;
     }
     Ok(BlobPut {
         hash,
@@ -218,11 +228,13 @@ fn put_chunks(
 
 fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
     let row: Option<(i64, i64, Option<i64>)> = transaction
-        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1").sql()?
+        .prepare_cached("SELECT size, stored, erased_at FROM blob_index WHERE hash = ?1")
+        .sql()?
         .query_row([hash.0.as_slice()], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     let Some((size, stored, erased_at)) = row else {
         return Ok(None);
     };
@@ -230,8 +242,10 @@ fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<Er
     // `sqlite::open_connection`): the freed cells and pages are overwritten
     // with zeros, so erased bytes do not linger in the file.
     transaction
-        .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1").sql()?
-        .execute([hash.0.as_slice()]).sql()?;
+        .prepare_cached("DELETE FROM blob_chunks WHERE hash = ?1")
+        .sql()?
+        .execute([hash.0.as_slice()])
+        .sql()?;
     Ok(Some(ErasedBlob {
         hash: *hash,
         size: to_u64(size),
@@ -257,8 +271,10 @@ pub(crate) fn erase(
     transaction
         .prepare_cached(
             "UPDATE blob_index SET stored = 0, chunks = 0, erased_at = ?2 WHERE hash = ?1",
-        ).sql()?
-        .execute(params![hash.0.as_slice(), now.unix_micros()]).sql()?;
+        )
+        .sql()?
+        .execute(params![hash.0.as_slice(), now.unix_micros()])
+        .sql()?;
     Ok(erased)
 }
 
@@ -266,8 +282,10 @@ pub(crate) fn erase(
 pub(crate) fn remove(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<ErasedBlob>> {
     let removed = delete_chunks(transaction, hash)?;
     transaction
-        .prepare_cached("DELETE FROM blob_index WHERE hash = ?1").sql()?
-        .execute([hash.0.as_slice()]).sql()?;
+        .prepare_cached("DELETE FROM blob_index WHERE hash = ?1")
+        .sql()?
+        .execute([hash.0.as_slice()])
+        .sql()?;
     Ok(removed)
 }
 
@@ -296,7 +314,8 @@ fn copy_chunks(
         let raw_len: i64 = row.get(2).sql()?;
         let chunk_hash: Vec<u8> = row.get(3).sql()?;
         let data = row
-            .get_ref(4).sql()?
+            .get_ref(4)
+            .sql()?
             .as_blob()
             .map_err(|_| corrupt(Hash::GENESIS))?;
         if seq != expected_seq {
@@ -422,11 +441,14 @@ impl EventStore {
     /// order (for `gc` and audits).
     pub fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>> {
         let connection = self.lock_reader();
-        let mut statement =
-            connection.prepare("SELECT hash, erased_at IS NULL FROM blob_index ORDER BY hash").sql()?;
-        let rows = statement.query_map([], |row| {
-            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, bool>(1)?))
-        }).sql()?;
+        let mut statement = connection
+            .prepare("SELECT hash, erased_at IS NULL FROM blob_index ORDER BY hash")
+            .sql()?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, bool>(1)?))
+            })
+            .sql()?;
         let mut hashes = Vec::new();
         for row in rows {
             let (bytes, kept) = row.sql()?;
@@ -442,14 +464,16 @@ impl EventStore {
     /// Totals of the blob store.
     pub fn blob_totals(&self) -> Result<BlobTotals> {
         let connection = self.lock_reader();
-        let (kept, kept_bytes, stored_bytes, erased): (i64, i64, i64, i64) = connection.query_row(
-            "SELECT count(*) FILTER (WHERE erased_at IS NULL), \
+        let (kept, kept_bytes, stored_bytes, erased): (i64, i64, i64, i64) = connection
+            .query_row(
+                "SELECT count(*) FILTER (WHERE erased_at IS NULL), \
              coalesce(sum(size) FILTER (WHERE erased_at IS NULL), 0), \
              coalesce(sum(stored) FILTER (WHERE erased_at IS NULL), 0), \
              count(*) FILTER (WHERE erased_at IS NOT NULL) FROM blob_index",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
-        ).sql()?;
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            )
+            .sql()?;
         Ok(BlobTotals {
             kept: to_u64(kept),
             kept_bytes: to_u64(kept_bytes),
@@ -464,8 +488,9 @@ impl EventStore {
     /// next checkpoint completes it).
     pub fn checkpoint_wal(&self) -> Result<bool> {
         let connection = self.lock_writer();
-        let busy: i64 =
-            connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0)).sql()?;
+        let busy: i64 = connection
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))
+            .sql()?;
         Ok(busy == 0)
     }
 }

@@ -258,7 +258,9 @@ fn read_rows_into(
         "SELECT position, stream, version, event_id, kind, schema, recorded_at, actor, \
          correlation_id, causation_id, payload, prev_hash, hash, stream_key FROM events ORDER BY position",
     ).sql()?;
-    let mut stream_of_key = transaction.prepare("SELECT stream FROM streams WHERE key = ?1").sql()?;
+    let mut stream_of_key = transaction
+        .prepare("SELECT stream FROM streams WHERE key = ?1")
+        .sql()?;
     // Keys seen lately and their streams' text: a stream's events sit
     // close together in the log, so most rows need no lookup, and the
     // memory stays bounded whatever the log holds.
@@ -278,8 +280,8 @@ fn read_rows_into(
                     ChainProblem::Malformed("prev_hash is not 32 bytes".into()),
                 )
             })?;
-        let stored_hash =
-            Hash::from_slice(blob(row.get_ref(12).sql()?, position, "hash")?).ok_or_else(|| {
+        let stored_hash = Hash::from_slice(blob(row.get_ref(12).sql()?, position, "hash")?)
+            .ok_or_else(|| {
                 broken(
                     position,
                     ChainProblem::Malformed("hash is not 32 bytes".into()),
@@ -313,7 +315,8 @@ fn read_rows_into(
                                 _ => None,
                             })
                         })
-                        .optional().sql()?
+                        .optional()
+                        .sql()?
                         .flatten();
                     keys.insert(key, stream);
                 }

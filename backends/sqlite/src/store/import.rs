@@ -110,28 +110,34 @@ impl EventStore {
 
 impl Portable for EventStore {
     fn blob_count(&self) -> Result<u64> {
-        let count: i64 = self.with_reader(|connection| {
-            connection.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))
-        }).sql()?;
+        let count: i64 = self
+            .with_reader(|connection| {
+                connection.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))
+            })
+            .sql()?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     fn export_blobs(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<BlobRecord>> {
         self.with_reader(|connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT hash, size, stored, chunks, created_at, erased_at FROM blob_index \
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT hash, size, stored, chunks, created_at, erased_at FROM blob_index \
                  WHERE ?1 IS NULL OR hash > ?1 ORDER BY hash LIMIT ?2",
-            ).sql()?;
-            let rows = statement.query_map(params![after, limit as i64], |row| {
-                Ok(BlobRecord {
-                    hash: row.get(0)?,
-                    size: row.get(1)?,
-                    stored: row.get(2)?,
-                    chunks: row.get(3)?,
-                    created_at: row.get(4)?,
-                    erased_at: row.get(5)?,
+                )
+                .sql()?;
+            let rows = statement
+                .query_map(params![after, limit as i64], |row| {
+                    Ok(BlobRecord {
+                        hash: row.get(0)?,
+                        size: row.get(1)?,
+                        stored: row.get(2)?,
+                        chunks: row.get(3)?,
+                        created_at: row.get(4)?,
+                        erased_at: row.get(5)?,
+                    })
                 })
-            }).sql()?;
+                .sql()?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
@@ -143,12 +149,14 @@ impl Portable for EventStore {
         limit: usize,
     ) -> Result<Vec<ChunkRecord>> {
         self.with_reader(|connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks \
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT seq, codec, raw_len, chunk_hash, data FROM blob_chunks \
                  WHERE hash = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            ).sql()?;
-            let rows =
-                statement.query_map(params![hash, after.unwrap_or(-1), limit as i64], |row| {
+                )
+                .sql()?;
+            let rows = statement
+                .query_map(params![hash, after.unwrap_or(-1), limit as i64], |row| {
                     Ok(ChunkRecord {
                         seq: row.get(0)?,
                         codec: row.get(1)?,
@@ -156,26 +164,31 @@ impl Portable for EventStore {
                         chunk_hash: row.get(3)?,
                         data: row.get(4)?,
                     })
-                }).sql()?;
+                })
+                .sql()?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
 
     fn export_checkpoints(&self, after: i64, limit: usize) -> Result<Vec<CheckpointRecord>> {
         self.with_reader(|connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT id, size, root, note, recorded_at FROM checkpoints \
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT id, size, root, note, recorded_at FROM checkpoints \
                  WHERE id > ?1 ORDER BY id LIMIT ?2",
-            ).sql()?;
-            let rows = statement.query_map(params![after, limit as i64], |row| {
-                Ok(CheckpointRecord {
-                    id: row.get(0)?,
-                    size: row.get(1)?,
-                    root: row.get(2)?,
-                    note: row.get(3)?,
-                    recorded_at: row.get(4)?,
+                )
+                .sql()?;
+            let rows = statement
+                .query_map(params![after, limit as i64], |row| {
+                    Ok(CheckpointRecord {
+                        id: row.get(0)?,
+                        size: row.get(1)?,
+                        root: row.get(2)?,
+                        note: row.get(3)?,
+                        recorded_at: row.get(4)?,
+                    })
                 })
-            }).sql()?;
+                .sql()?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>().sql()?)
         })
     }
@@ -203,19 +216,23 @@ impl Portable for EventStore {
 
     fn import_chunks(&self, hash: &[u8], chunks: &[ChunkRecord]) -> Result<()> {
         self.with_write_transaction(|transaction| -> Result<()> {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            ).sql()?;
+                )
+                .sql()?;
             for chunk in chunks {
-                insert.execute(params![
-                    hash,
-                    chunk.seq,
-                    chunk.codec,
-                    chunk.raw_len,
-                    chunk.chunk_hash,
-                    chunk.data
-                ]).sql()?;
+                insert
+                    .execute(params![
+                        hash,
+                        chunk.seq,
+                        chunk.codec,
+                        chunk.raw_len,
+                        chunk.chunk_hash,
+                        chunk.data
+                    ])
+                    .sql()?;
             }
             Ok(())
         })
@@ -223,19 +240,23 @@ impl Portable for EventStore {
 
     fn import_blobs(&self, blobs: &[BlobRecord]) -> Result<()> {
         self.with_write_transaction(|transaction| -> Result<()> {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO blob_index (hash, size, stored, chunks, created_at, erased_at) \
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT INTO blob_index (hash, size, stored, chunks, created_at, erased_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            ).sql()?;
+                )
+                .sql()?;
             for blob in blobs {
-                insert.execute(params![
-                    blob.hash,
-                    blob.size,
-                    blob.stored,
-                    blob.chunks,
-                    blob.created_at,
-                    blob.erased_at
-                ]).sql()?;
+                insert
+                    .execute(params![
+                        blob.hash,
+                        blob.size,
+                        blob.stored,
+                        blob.chunks,
+                        blob.created_at,
+                        blob.erased_at
+                    ])
+                    .sql()?;
             }
             Ok(())
         })
@@ -243,17 +264,21 @@ impl Portable for EventStore {
 
     fn import_checkpoints(&self, checkpoints: &[CheckpointRecord]) -> Result<()> {
         self.with_write_transaction(|transaction| -> Result<()> {
-            let mut insert = transaction.prepare_cached(
-                "INSERT INTO checkpoints (size, root, note, recorded_at) \
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT INTO checkpoints (size, root, note, recorded_at) \
                  VALUES (?1, ?2, ?3, ?4)",
-            ).sql()?;
+                )
+                .sql()?;
             for checkpoint in checkpoints {
-                insert.execute(params![
-                    checkpoint.size,
-                    checkpoint.root,
-                    checkpoint.note,
-                    checkpoint.recorded_at
-                ]).sql()?;
+                insert
+                    .execute(params![
+                        checkpoint.size,
+                        checkpoint.root,
+                        checkpoint.note,
+                        checkpoint.recorded_at
+                    ])
+                    .sql()?;
             }
             Ok(())
         })

@@ -71,11 +71,13 @@ impl MapNodes for StoredMap<'_> {
             .prepare_cached(
                 "SELECT kind, a, b FROM map_nodes WHERE depth = ?1 AND prefix = ?2 AND size <= ?3 \
                  ORDER BY size DESC LIMIT 1",
-            ).sql()?
+            )
+            .sql()?
             .query_row(params![path.depth, path.prefix(), self.size], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?))
             })
-            .optional().sql()?;
+            .optional()
+            .sql()?;
         row.map(|(kind, a, b)| map_node_from_columns(path.depth, kind, &a, &b))
             .transpose()
     }
@@ -101,18 +103,22 @@ fn write_version(
     ).sql()?;
     for (path, node) in &update.nodes {
         let (kind, a, b) = map_node_columns(node);
-        insert.execute(params![
-            path.depth,
-            path.prefix(),
-            size,
-            kind,
-            a.as_slice(),
-            b.as_slice()
-        ]).sql()?;
+        insert
+            .execute(params![
+                path.depth,
+                path.prefix(),
+                size,
+                kind,
+                a.as_slice(),
+                b.as_slice()
+            ])
+            .sql()?;
     }
     connection
-        .prepare_cached("INSERT INTO map_roots (size, root) VALUES (?1, ?2)").sql()?
-        .execute(params![size, update.root.0.as_slice()]).sql()?;
+        .prepare_cached("INSERT INTO map_roots (size, root) VALUES (?1, ?2)")
+        .sql()?
+        .execute(params![size, update.root.0.as_slice()])
+        .sql()?;
     Ok(update.root)
 }
 
@@ -129,11 +135,13 @@ pub(crate) fn commit(connection: &Connection, envelopes: &[Envelope]) -> Result<
 /// Every stream's head in the log, read from the events (each stream's
 /// highest version).
 fn log_heads(connection: &Connection) -> Result<Vec<([u8; 32], MerkleHash)>> {
-    let mut select = connection.prepare_cached(
-        "SELECT streams.stream, events.version, events.position, events.hash \
+    let mut select = connection
+        .prepare_cached(
+            "SELECT streams.stream, events.version, events.position, events.hash \
          FROM streams JOIN events ON events.stream_key = streams.key \
          AND events.version = (SELECT max(version) FROM events WHERE stream_key = streams.key)",
-    ).sql()?;
+        )
+        .sql()?;
     let mut rows = select.query([]).sql()?;
     let mut heads = map::HeadFold::default();
     while let Some(row) = rows.next().sql()? {
@@ -163,14 +171,17 @@ fn head_row(row: &rusqlite::Row<'_>) -> Result<(String, u64, u64, Hash)> {
 /// the head. Commit sizes in between keep no map. Memory grows with the
 /// number of streams and of checkpoints, not of events.
 pub(crate) fn rebuild(connection: &Connection) -> Result<MerkleHash> {
-    connection.execute_batch("DELETE FROM map_nodes; DELETE FROM map_roots;").sql()?;
+    connection
+        .execute_batch("DELETE FROM map_nodes; DELETE FROM map_roots;")
+        .sql()?;
     let head = log_length(connection)?;
     if head == 0 {
         return Ok(map::EMPTY);
     }
     let mut sizes: Vec<u64> = {
         let mut select = connection
-            .prepare("SELECT DISTINCT size FROM checkpoints WHERE size > 0 ORDER BY size").sql()?;
+            .prepare("SELECT DISTINCT size FROM checkpoints WHERE size > 0 ORDER BY size")
+            .sql()?;
         let rows = select.query_map([], |row| row.get::<_, i64>(0)).sql()?;
         let mut sizes = Vec::new();
         for size in rows {
@@ -188,7 +199,8 @@ pub(crate) fn rebuild(connection: &Connection) -> Result<MerkleHash> {
     }
     sizes.push(head);
     let mut select = connection
-        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position").sql()?;
+        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position")
+        .sql()?;
     let mut rows = select.query([]).sql()?;
     let mut heads = map::HeadFold::default();
     let mut root = map::EMPTY;
@@ -212,11 +224,13 @@ fn stream_head_at(connection: &Connection, stream: &str, size: u64) -> Result<Op
             "SELECT version, position, hash FROM events \
              WHERE stream_key = (SELECT key FROM streams WHERE stream = ?1) AND position <= ?2 \
              ORDER BY version DESC LIMIT 1",
-        ).sql()?
+        )
+        .sql()?
         .query_row(params![stream, to_i64(size)?], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     row.map(|(version, position, hash)| {
         let position = u64::try_from(position).unwrap_or(0);
         Ok(StreamHead {
@@ -236,9 +250,11 @@ fn stored_root(connection: &Connection, size: u64) -> Result<MerkleHash> {
         return Ok(map::EMPTY);
     }
     let root: Option<Vec<u8>> = connection
-        .prepare_cached("SELECT root FROM map_roots WHERE size = ?1").sql()?
+        .prepare_cached("SELECT root FROM map_roots WHERE size = ?1")
+        .sql()?
         .query_row([to_i64(size)?], |row| row.get(0))
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     let root = root.ok_or(EventStoreError::NoMapAt { size })?;
     let root: [u8; 32] = root
         .try_into()
@@ -324,9 +340,11 @@ impl EventStore {
     /// most `limit` of them (an auditor pages through them).
     pub fn map_roots(&self, from: u64, limit: u32) -> Result<Vec<(u64, MerkleHash)>> {
         let connection = self.lock_reader();
-        let mut select = connection.prepare_cached(
-            "SELECT size, root FROM map_roots WHERE size >= ?1 ORDER BY size LIMIT ?2",
-        ).sql()?;
+        let mut select = connection
+            .prepare_cached(
+                "SELECT size, root FROM map_roots WHERE size >= ?1 ORDER BY size LIMIT ?2",
+            )
+            .sql()?;
         let mut rows = select.query(params![to_i64(from)?, limit]).sql()?;
         let mut roots = Vec::new();
         while let Some(row) = rows.next().sql()? {

@@ -487,7 +487,9 @@ fn open_connection(path: &Path, options: &OpenOptions, create: bool) -> Result<C
     // a copy in unused page space or on the free list, where an erasure
     // cannot reach it. Set before anything is written (it writes nothing
     // itself).
-    connection.execute_batch("PRAGMA secure_delete = ON;").sql()?;
+    connection
+        .execute_batch("PRAGMA secure_delete = ON;")
+        .sql()?;
     Ok(connection)
 }
 
@@ -514,10 +516,12 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
         Durability::Full => "FULL",
         Durability::Normal => "NORMAL",
     };
-    connection.execute_batch(&format!(
-        "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; \
+    connection
+        .execute_batch(&format!(
+            "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{CACHE_SIZE_KIB}; \
          PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES};"
-    )).sql()?;
+        ))
+        .sql()?;
     Ok(())
 }
 
@@ -531,13 +535,16 @@ fn prepare_schema(
         let application_id: i64 = connection
             .query_row("PRAGMA application_id", [], |row| row.get(0))
             .map_err(|error| not_a_database(path, error))?;
-        let user_version: i64 =
-            connection.query_row("PRAGMA user_version", [], |row| row.get(0)).sql()?;
-        let objects: i64 = connection.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
-            [],
-            |row| row.get(0),
-        ).sql()?;
+        let user_version: i64 = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .sql()?;
+        let objects: i64 = connection
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |row| row.get(0),
+            )
+            .sql()?;
         Ok((application_id, user_version, objects))
     };
     let check = |(application_id, user_version, objects): (i64, i64, i64)| -> Result<bool> {
@@ -567,7 +574,9 @@ fn prepare_schema(
     // process could see `application_id` 0 from before another process
     // created the store and the tables from after, and call it foreign.
     let identity = {
-        let snapshot = connection.transaction_with_behavior(TransactionBehavior::Deferred).sql()?;
+        let snapshot = connection
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .sql()?;
         let identity = read_identity(&snapshot)?;
         snapshot.commit().sql()?;
         identity
@@ -627,9 +636,11 @@ fn prepare_schema(
             let root = map::rebuild(&transaction)?;
             tracing::info!(root = %root.to_hex(), "built the map of stream heads from the log");
         }
-        transaction.execute_batch(&format!(
-            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
-        )).sql()?;
+        transaction
+            .execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+            ))
+            .sql()?;
     }
     transaction.commit().sql()?;
     if let Some(announced) = announced {
@@ -669,7 +680,9 @@ impl EventStore {
         configure(&reader, path, &options)?;
         // The reader's sorts (queries without an index for their order)
         // stay in memory.
-        reader.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA query_only = ON;").sql()?;
+        reader
+            .execute_batch("PRAGMA temp_store = MEMORY; PRAGMA query_only = ON;")
+            .sql()?;
         Ok(EventStore {
             path: path.to_owned(),
             writer: Mutex::new(writer),
@@ -712,7 +725,8 @@ impl EventStore {
         let connection = Connection::open_with_flags(
             &self.path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        ).sql()?;
+        )
+        .sql()?;
         connection.busy_timeout(BUSY_TIMEOUT_DEFAULT).sql()?;
         Ok(connection)
     }
@@ -768,4 +782,3 @@ impl EventStore {
         Ok(value)
     }
 }
-

@@ -148,11 +148,13 @@ impl EventStore {
     /// then), or [`Position::ZERO`] if there is none.
     pub fn position_before(&self, instant: Timestamp) -> Result<Position> {
         let connection = self.lock_reader();
-        let position: Option<i64> = connection.query_row(
-            "SELECT max(position) FROM events WHERE recorded_at <= ?1",
-            [instant.unix_micros()],
-            |row| row.get(0),
-        ).sql()?;
+        let position: Option<i64> = connection
+            .query_row(
+                "SELECT max(position) FROM events WHERE recorded_at <= ?1",
+                [instant.unix_micros()],
+                |row| row.get(0),
+            )
+            .sql()?;
         Ok(Position(
             position.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
         ))

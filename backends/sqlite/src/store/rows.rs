@@ -107,17 +107,20 @@ pub fn envelope_from_row(row: &Row<'_>) -> Result<Envelope> {
 /// `connection` in whatever transaction it is in. Reads the rowid only, so
 /// it works on every schema version and on rows that do not decode.
 pub fn log_length(connection: &rusqlite::Connection) -> Result<u64> {
-    let head: i64 =
-        connection.query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
+    let head: i64 = connection
+        .query_row("SELECT coalesce(max(position), 0) FROM events", [], |row| {
             row.get(0)
-        }).sql()?;
+        })
+        .sql()?;
     Ok(u64::try_from(head).unwrap_or(0))
 }
 
 pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
-    let mut statement = transaction.prepare_cached(
-        "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",
-    ).sql()?;
+    let mut statement = transaction
+        .prepare_cached(
+            "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1",
+        )
+        .sql()?;
     let head = statement
         .query_row([], |row| {
             Ok((
@@ -126,7 +129,8 @@ pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
                 row.get::<_, i64>(2)?,
             ))
         })
-        .optional().sql()?;
+        .optional()
+        .sql()?;
     match head {
         None => Ok(Head {
             position: Position::ZERO,
@@ -156,6 +160,9 @@ pub(crate) fn read_stream_version(
         "SELECT version FROM events WHERE stream_key = (SELECT key FROM streams WHERE stream = ?1) \
          ORDER BY version DESC LIMIT 1",
     ).sql()?;
-    let version: Option<i64> = statement.query_row([stream], |row| row.get(0)).optional().sql()?;
+    let version: Option<i64> = statement
+        .query_row([stream], |row| row.get(0))
+        .optional()
+        .sql()?;
     Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
 }

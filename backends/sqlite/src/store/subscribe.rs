@@ -245,7 +245,8 @@ impl EventStore {
                 [name],
                 |row| row.get(0),
             )
-            .optional().sql()?;
+            .optional()
+            .sql()?;
         let Some(stored) = stored else {
             return Ok(None);
         };
@@ -303,11 +304,13 @@ impl EventStore {
                  WHERE excluded.position > consumer_checkpoints.position",
                 rusqlite::params![name, stored, now],
             ).sql()?;
-            let now_stored: i64 = transaction.query_row(
-                "SELECT position FROM consumer_checkpoints WHERE name = ?1",
-                [name],
-                |row| row.get(0),
-            ).sql()?;
+            let now_stored: i64 = transaction
+                .query_row(
+                    "SELECT position FROM consumer_checkpoints WHERE name = ?1",
+                    [name],
+                    |row| row.get(0),
+                )
+                .sql()?;
             u64::try_from(now_stored).map(Position).map_err(|_| {
                 EventStoreError::CheckpointCorrupt {
                     name: name.to_owned(),

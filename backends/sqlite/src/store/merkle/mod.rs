@@ -36,7 +36,9 @@ impl StoredNodes<'_> {
         let mut statement = self
             .connection
             .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position").sql()?;
-        let mut rows = statement.query(params![to_i64(start, "leaf")?, to_i64(end, "leaf")?]).sql()?;
+        let mut rows = statement
+            .query(params![to_i64(start, "leaf")?, to_i64(end, "leaf")?])
+            .sql()?;
         let mut hashes = Vec::new();
         let mut expected = start + 1;
         while let Some(row) = rows.next().sql()? {
@@ -72,11 +74,13 @@ impl NodeSource for StoredNodes<'_> {
         if id.level >= STORED_LEVEL_MIN {
             let hash: Option<Vec<u8>> = self
                 .connection
-                .prepare_cached("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2").sql()?
+                .prepare_cached("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")
+                .sql()?
                 .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
                     row.get(0)
                 })
-                .optional().sql()?;
+                .optional()
+                .sql()?;
             let hash = hash.ok_or_else(|| missing_node(id))?;
             return stored_node_hash(id, &hash);
         }
@@ -104,15 +108,18 @@ pub(crate) fn append_leaves(
     envelopes: &[Envelope],
 ) -> Result<()> {
     let mut insert = connection
-        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)").sql()?;
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")
+        .sql()?;
     for envelope in envelopes {
         debug_assert_eq!(envelope.position.0, frontier.size() + 1);
         for (id, hash) in nodes_to_store(frontier, &envelope.hash) {
-            insert.execute(params![
-                id.level,
-                to_i64(id.index, "node index")?,
-                hash.0.as_slice()
-            ]).sql()?;
+            insert
+                .execute(params![
+                    id.level,
+                    to_i64(id.index, "node index")?,
+                    hash.0.as_slice()
+                ])
+                .sql()?;
         }
     }
     Ok(())
@@ -124,13 +131,16 @@ pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
     let head = crate::store::rows::log_length(connection)?;
     let mut frontier = load_frontier(connection, from)?;
     let mut insert = connection
-        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)").sql()?;
+        .prepare_cached("INSERT INTO merkle_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")
+        .sql()?;
     let mut select = connection
         .prepare_cached("SELECT position, hash FROM events WHERE position > ?1 AND position <= ?2 ORDER BY position").sql()?;
     let mut done = from;
     while done < head {
         let until = head.min(done + REBUILD_BATCH_EVENTS);
-        let mut rows = select.query(params![to_i64(done, "leaf")?, to_i64(until, "leaf")?]).sql()?;
+        let mut rows = select
+            .query(params![to_i64(done, "leaf")?, to_i64(until, "leaf")?])
+            .sql()?;
         while let Some(row) = rows.next().sql()? {
             let position: i64 = row.get(0).sql()?;
             let bytes: Vec<u8> = row.get(1).sql()?;
@@ -146,11 +156,13 @@ pub(crate) fn fold_events(connection: &Connection, from: u64) -> Result<u64> {
             })?;
             for (id, node) in frontier.append(&hash) {
                 if id.level >= STORED_LEVEL_MIN {
-                    insert.execute(params![
-                        id.level,
-                        to_i64(id.index, "node index")?,
-                        node.0.as_slice()
-                    ]).sql()?;
+                    insert
+                        .execute(params![
+                            id.level,
+                            to_i64(id.index, "node index")?,
+                            node.0.as_slice()
+                        ])
+                        .sql()?;
                 }
             }
         }

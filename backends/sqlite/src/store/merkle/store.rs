@@ -7,13 +7,13 @@ use sandlog_core::Position;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
 
 use super::{StoredNodes, fold_events, to_i64};
+use crate::store::EventStore;
+use crate::store::rows::log_length;
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::merkle::{
     MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, check_consistency_sizes, check_tree_size,
     inclusion_index, missing_node,
 };
-use crate::store::EventStore;
-use crate::store::rows::log_length;
 
 impl EventStore {
     /// The tree's size (the log's length) and root, read in one snapshot.
@@ -83,9 +83,12 @@ impl EventStore {
         let snapshot = connection.unchecked_transaction().sql()?;
         let size = log_length(&snapshot)?;
         let mut frontier = Frontier::new();
-        let mut select = snapshot.prepare("SELECT hash FROM events ORDER BY position").sql()?;
-        let mut stored =
-            snapshot.prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2").sql()?;
+        let mut select = snapshot
+            .prepare("SELECT hash FROM events ORDER BY position")
+            .sql()?;
+        let mut stored = snapshot
+            .prepare("SELECT hash FROM merkle_nodes WHERE level = ?1 AND idx = ?2")
+            .sql()?;
         let mut rows = select.query([]).sql()?;
         let mut nodes_checked = 0u64;
         while let Some(row) = rows.next().sql()? {
@@ -98,7 +101,8 @@ impl EventStore {
                     .query_row(params![id.level, to_i64(id.index, "node index")?], |row| {
                         row.get(0)
                     })
-                    .optional().sql()?;
+                    .optional()
+                    .sql()?;
                 match found {
                     Some(found) if found == node.0 => nodes_checked += 1,
                     Some(_) => {
@@ -116,8 +120,9 @@ impl EventStore {
                 }
             }
         }
-        let extra: i64 =
-            snapshot.query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0)).sql()?;
+        let extra: i64 = snapshot
+            .query_row("SELECT count(*) FROM merkle_nodes", [], |row| row.get(0))
+            .sql()?;
         if u64::try_from(extra).ok() != Some(nodes_checked) {
             return Err(EventStoreError::MerkleDamaged {
                 reason: format!(
@@ -155,7 +160,8 @@ impl EventStore {
         let row = connection
             .prepare_cached(
                 "SELECT size, root, note, recorded_at FROM checkpoints ORDER BY id DESC LIMIT 1",
-            ).sql()?
+            )
+            .sql()?
             .query_row([], |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
@@ -164,7 +170,8 @@ impl EventStore {
                     row.get::<_, i64>(3)?,
                 ))
             })
-            .optional().sql()?;
+            .optional()
+            .sql()?;
         let Some((size, root, note, recorded_at)) = row else {
             return Ok(None);
         };
