@@ -9,7 +9,7 @@ use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
 
 use sandlog_eventstore::blobs::{
-    BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, decode_chunk, encode, fill,
+    BlobPut, BlobState, BlobTotals, ErasedBlob, WrittenChunks, decode_chunk, write_chunks,
 };
 use sandlog_eventstore::error::{EventStoreError, Result};
 
@@ -191,56 +191,28 @@ fn put_chunks(
     key: &[u8],
     now: Timestamp,
 ) -> Result<BlobPut> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buffer = vec![0u8; CHUNK_BYTES];
-    let (mut size, mut stored, mut seq) = (0u64, 0u64, 0i64);
-    loop {
-        let read = fill(reader, &mut buffer).map_err(|source| EventStoreError::Io {
-            context: "reading the bytes of a blob".into(),
-            source,
-        })?;
-        let Some(raw) = buffer.get(..read) else {
-            break;
-        };
-        // An empty blob is one empty chunk, as on SQLite.
-        if raw.is_empty() && seq > 0 {
-            break;
-        }
-        size += read as u64;
-        if size > size_max {
-            return Err(EventStoreError::BlobTooLarge {
-                size: usize::try_from(size).unwrap_or(usize::MAX),
-                max: usize::try_from(size_max).unwrap_or(usize::MAX),
-            });
-        }
-        hasher.update(raw);
-        let (codec, data) = encode(raw)?;
-        stored += data.len() as u64;
+    // An empty blob is one empty chunk, as on SQLite.
+    let WrittenChunks {
+        hash,
+        size,
+        stored,
+        chunks: seq,
+    } = write_chunks(reader, expected, size_max, |chunk| {
         session.execute(
             "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) \
              VALUES ($1, $2, $3, $4, $5, $6)",
             &[
                 &key,
-                &seq,
-                &codec,
-                &to_i64(read as u64, "chunk length")?,
-                &Hash::of(raw).0.as_slice(),
-                &data,
+                &chunk.seq,
+                &chunk.codec,
+                &to_i64(chunk.raw_len as u64, "chunk length")?,
+                &chunk.chunk_hash.0.as_slice(),
+                &chunk.data,
             ],
         )?;
-        seq += 1;
-        if read < CHUNK_BYTES {
-            break;
-        }
-    }
-    let hash = Hash(*hasher.finalize().as_bytes());
+        Ok(())
+    })?;
     match expected {
-        Some(expected) if expected != hash => {
-            return Err(EventStoreError::BlobHashMismatch {
-                expected,
-                actual: hash,
-            });
-        }
         Some(_) => {}
         None => {
             lock_blob(session, &hash)?;

@@ -31,7 +31,8 @@ use sandlog_core::{Hash, Timestamp};
 
 use super::EventStore;
 use sandlog_eventstore::blobs::{
-    BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, decode_chunk, encode, fill,
+    BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, WrittenChunks, decode_chunk,
+    write_chunks,
 };
 use sandlog_eventstore::error::{EventStoreError, Result};
 
@@ -129,54 +130,24 @@ fn put_chunks(
     let mut insert = transaction.prepare_cached(
         "INSERT INTO blob_chunks (hash, seq, codec, raw_len, chunk_hash, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     ).sql()?;
-    let mut hasher = blake3::Hasher::new();
-    let mut buffer = vec![0u8; CHUNK_BYTES];
-    let (mut size, mut stored, mut seq) = (0u64, 0u64, 0i64);
-    loop {
-        let read = fill(reader, &mut buffer).map_err(|source| EventStoreError::Io {
-            context: "reading the bytes of a blob".into(),
-            source,
-        })?;
-        let Some(raw) = buffer.get(..read) else {
-            break;
-        };
-        if raw.is_empty() && seq > 0 {
-            break;
-        }
-        size += read as u64;
-        if size > size_max {
-            return Err(EventStoreError::BlobTooLarge {
-                size: usize::try_from(size).unwrap_or(usize::MAX),
-                max: usize::try_from(size_max).unwrap_or(usize::MAX),
-            });
-        }
-        hasher.update(raw);
-        let (codec, data) = encode(raw)?;
-        stored += data.len() as u64;
+    let WrittenChunks {
+        hash,
+        size,
+        stored,
+        chunks: seq,
+    } = write_chunks(reader, expected, size_max, |chunk| {
         insert
             .execute(params![
                 key,
-                seq,
-                codec,
-                read as i64,
-                Hash::of(raw).0.as_slice(),
-                data
+                chunk.seq,
+                chunk.codec,
+                chunk.raw_len as i64,
+                chunk.chunk_hash.0.as_slice(),
+                chunk.data
             ])
             .sql()?;
-        seq += 1;
-        if read < CHUNK_BYTES {
-            break;
-        }
-    }
-    let hash = Hash(*hasher.finalize().as_bytes());
-    if let Some(expected) = expected
-        && expected != hash
-    {
-        return Err(EventStoreError::BlobHashMismatch {
-            expected,
-            actual: hash,
-        });
-    }
+        Ok(())
+    })?;
     match state_in(transaction, &hash)? {
         BlobState::Kept { size, .. } => {
             return Ok(BlobPut {
