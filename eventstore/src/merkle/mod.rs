@@ -154,7 +154,7 @@ pub struct StoredCheckpoint {
     pub recorded_at: sandlog_core::Timestamp,
 }
 
-/// What [`EventStore::verify_merkle`](crate::EventStore::verify_merkle) found.
+/// What `sandlog_sqlite::EventStore::verify_merkle` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MerkleReport {
     /// Leaves (events) covered.
