@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use sandlog_core::merkle::Frontier;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion, Timestamp};
-
 use sandlog_eventstore::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };

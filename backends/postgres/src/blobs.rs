@@ -2,17 +2,16 @@
 //! most [`CHUNK_BYTES`], zstd or raw, each with the blake3 of its raw
 //! bytes), in `blob_index` and `blob_chunks`.
 
-use crate::PgResult;
 use std::io::Write as IoWrite;
 
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
-
 use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, ErasedBlob, WrittenChunks, decode_chunk, write_chunks,
 };
 use sandlog_eventstore::error::{EventStoreError, Result};
 
+use crate::PgResult;
 use crate::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
 
 fn to_u64(value: i64) -> u64 {

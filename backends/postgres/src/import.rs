@@ -1,13 +1,12 @@
 //! [`Portable`] on PostgreSQL: the verbatim copy of [`sandlog_eventstore::import`].
 
-use crate::PgResult;
 use postgres::Row;
 use sandlog_core::Envelope;
-
 use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
 use sandlog_eventstore::import::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
 use sandlog_eventstore::merkle::nodes_to_store;
 
+use crate::PgResult;
 use crate::append::{Nodes, insert_rows};
 use crate::read::{load_frontier, read_head};
 use crate::{PgEventStore, to_i64};

@@ -56,7 +56,6 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use sandlog_core::{Clock, SystemClock};
-
 use sandlog_eventstore::error::{EventStoreError, Result};
 
 pub use append::PgWrite;

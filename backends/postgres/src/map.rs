@@ -2,16 +2,16 @@
 //! as the SQLite file's (see `crate::sqlite::map`), written in the append's
 //! transaction under the append lock.
 
-use crate::PgResult;
 use std::cell::RefCell;
 
 use sandlog_core::Envelope;
 use sandlog_core::map::{self, MapNode, MapNodes, NodePath};
 use sandlog_core::merkle::MerkleHash;
-
-use crate::{PgEventStore, Session, to_i64};
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
+
+use crate::PgResult;
+use crate::{PgEventStore, Session, to_i64};
 
 /// The map as of tree size `size`, read in one session.
 struct PgMap<'s, 't> {

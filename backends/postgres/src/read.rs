@@ -1,7 +1,6 @@
 //! Reading on PostgreSQL: the head, stream versions, filtered pages,
 //! the chain walk of `verify`, and the Merkle tree's roots and proofs.
 
-use crate::PgResult;
 use std::cell::RefCell;
 
 use postgres::Row;
@@ -11,19 +10,18 @@ use sandlog_core::merkle::{self, Frontier, MerkleHash, NodeId, NodeSource};
 use sandlog_core::{
     Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp, chain_hash,
 };
-use uuid::Uuid;
-
 use sandlog_eventstore::chain::{Digest, VerifyReport};
 use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
 use sandlog_eventstore::merkle::{
     STORED_LEVEL_MIN, check_tree_size, leaf_span, missing_node, stored_node_hash, subtree_of_events,
 };
+pub(crate) use sandlog_eventstore::read::ENVELOPE_COLUMNS;
 use sandlog_eventstore::read::{LogFilter, PAGE_EVENTS};
 use sandlog_eventstore::types::Head;
+use uuid::Uuid;
 
+use crate::PgResult;
 use crate::{PgEventStore, Session, read_session, to_i64};
-
-pub(crate) use sandlog_eventstore::read::ENVELOPE_COLUMNS;
 
 /// Rows fetched per round trip by `verify`'s walk: enough that the round
 /// trips vanish against the hashing, few enough that a batch of maximal

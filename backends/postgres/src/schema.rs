@@ -10,12 +10,12 @@
 //! column: integers are BIGINT, blobs BYTEA, `recorded_at` microseconds
 //! since the Unix epoch (the value hashed, so it must round-trip exactly).
 
-use crate::PgResult;
 use std::path::PathBuf;
 
 use postgres::Client;
-
 use sandlog_eventstore::error::{EventStoreError, Result};
+
+use crate::PgResult;
 
 /// The advisory lock key schema migrations take ("SnLg" and 2), so two
 /// processes opening a fresh database at once migrate it once.

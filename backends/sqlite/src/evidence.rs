@@ -3,14 +3,14 @@
 //! (which events name which blobs, the digest of them) are
 //! `sandlog-projections`', re-exported here so a caller names one module.
 
-use crate::EventStore;
-use crate::store::SqlResult;
 use rusqlite::params;
 use sandlog_core::{Hash, Position, SessionId, WorkspacePath};
+use sandlog_projections::error::{ProjectionError, Result};
 pub use sandlog_projections::evidence::*;
 
 use super::query::session_id_column;
-use sandlog_projections::error::{ProjectionError, Result};
+use crate::EventStore;
+use crate::store::SqlResult;
 
 fn hash_column(bytes: &[u8]) -> Result<Hash> {
     Hash::from_slice(bytes)

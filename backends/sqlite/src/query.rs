@@ -2,20 +2,20 @@
 //! statistics. Their result types are `sandlog-projections`', re-exported
 //! here so a caller names one module.
 
-use crate::store::SqlResult;
-pub use sandlog_projections::query::*;
 use std::collections::BTreeMap;
 
-use crate::EventStore;
 use rusqlite::{Connection, Row, params};
 use sandlog_core::{PrunePolicy, SessionId, StreamVersion, Timestamp, WorkspacePath};
-
-use super::read_model::{load_active_totals, load_files, load_session, load_stats};
 use sandlog_projections::error::{ProjectionError, Result};
 use sandlog_projections::prune::{
     ActiveSession, HELD_SKIP_REASON, LEGACY_SKIP_REASON, PrunePlanner, SkippedSession,
 };
+pub use sandlog_projections::query::*;
 use sandlog_projections::state::{FileEntry, SessionState, SessionStatus};
+
+use super::read_model::{load_active_totals, load_files, load_session, load_stats};
+use crate::EventStore;
+use crate::store::SqlResult;
 
 const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly, node";
 

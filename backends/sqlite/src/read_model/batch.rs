@@ -1,7 +1,6 @@
 //! A [`Batch`]: a partial [`State`] of the sessions a run of events
 //! touches, folded with the one copy of the rules and written back.
 
-use crate::store::SqlResult;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -10,15 +9,16 @@ use sandlog_core::event::{Event, Outcome};
 use sandlog_core::{
     CoreError, Envelope, Position, SessionId, StreamVersion, Timestamp, WorkspacePath,
 };
+use sandlog_projections::error::Result;
+use sandlog_projections::state::{
+    EventContext, SessionState, SessionStatus, State, apply_in_context,
+};
 
 use super::rows::{
     corrupt, encode_readonly, load_file_by_key, load_files_by_key, load_keyed_session, load_stats,
     to_i64,
 };
-use sandlog_projections::error::Result;
-use sandlog_projections::state::{
-    EventContext, SessionState, SessionStatus, State, apply_in_context,
-};
+use crate::store::SqlResult;
 
 /// What one session adds to `rm_totals`: one session and its bytes while
 /// it is active, nothing otherwise.

@@ -1,21 +1,21 @@
 //! Catching the read models up with the log: folding the events after the
 //! checkpoint in chunks, on one thread or with decoding pipelined.
 
-use crate::store::SqlResult;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
-use crate::EventStore;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, Row, params};
 use sandlog_core::event::Event;
 use sandlog_core::{CoreError, Position, StreamId, StreamVersion, Timestamp};
 use sandlog_eventstore::EventStoreError;
+use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::state::EventContext;
 
 use super::batch::{Batch, as_refs};
 use super::rows::to_i64;
 use super::schema::checkpoint;
-use sandlog_projections::error::{ProjectionError, Result};
-use sandlog_projections::state::EventContext;
+use crate::EventStore;
+use crate::store::SqlResult;
 
 /// Events folded per chunk during catch-up and rebuild. Bounds the memory
 /// of the partial state (it is flushed and cleared per chunk) and, for a

@@ -27,13 +27,11 @@ mod catch_up;
 mod rows;
 mod schema;
 
-use crate::store::SqlResult;
 use std::sync::Arc;
 
-use crate::store::rows::log_length;
-use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 use rusqlite::Connection;
 use sandlog_core::{Envelope, Position};
+use sandlog_projections::error::Result;
 
 use self::batch::Batch;
 use self::catch_up::{
@@ -41,13 +39,16 @@ use self::catch_up::{
     with_decoded_events,
 };
 use self::schema::{checkpoint, reset};
-use sandlog_projections::error::Result;
+use crate::store::SqlResult;
+use crate::store::rows::log_length;
+use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 pub use catch_up::CATCH_UP_CHUNK_EVENTS;
 pub(crate) use rows::{
     decode_readonly, load_active_totals, load_file, load_files, load_session, load_stats,
 };
 pub use schema::READ_MODEL_VERSION;
+
 #[cfg(test)]
 pub(crate) use schema::reset as reset_tables;
 

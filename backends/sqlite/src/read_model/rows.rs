@@ -1,15 +1,15 @@
 //! Reading the read-model rows back: sessions (with or without their
 //! files), single files, totals and statistics, and the column encodings.
 
-use crate::store::SqlResult;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::event::{Outcome, ReadonlyDir};
 use sandlog_core::{Hash, Position, SessionId, StreamVersion, Timestamp, WorkspacePath};
-
 use sandlog_projections::error::{ProjectionError, Result};
 use sandlog_projections::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
+
+use crate::store::SqlResult;
 
 /// The `readonly` column: NULL for none, else a JSON array.
 pub(crate) fn encode_readonly(readonly: &[ReadonlyDir]) -> Result<Option<String>> {

@@ -1,12 +1,12 @@
 //! The read-model tables: their schema, the checkpoint row that says how
 //! far they are folded, and resetting them for a rebuild.
 
-use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension};
 use sandlog_core::Position;
+use sandlog_projections::error::Result;
 
 use super::rows::to_u64;
-use sandlog_projections::error::Result;
+use crate::store::SqlResult;
 
 /// The shape of the read-model tables. Bump it when they change: stores
 /// with another version rebuild on open.

@@ -2,19 +2,19 @@
 //! expected-version check per stream, gapless positions, the hash link, and
 //! idempotent retries by event id.
 
-use crate::store::{SqlResult, SqliteError};
 use std::sync::atomic::Ordering;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use sandlog_core::{Envelope, NewEvent, StreamId, StreamVersion};
-
-use super::EventStore;
-use super::rows::{envelope_from_row, read_head};
 use sandlog_eventstore::batch::{
     batch_recorded_at, chain_batch, check_version, is_same_event, validate_batch, validate_multi,
 };
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::types::{ExpectedVersion, Head};
+
+use super::EventStore;
+use super::rows::{envelope_from_row, read_head};
+use crate::store::{SqlResult, SqliteError};
 
 fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value)

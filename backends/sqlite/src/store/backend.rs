@@ -3,14 +3,14 @@
 
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, NewEvent, Position, StreamId, StreamVersion};
-
-use super::EventStore;
 use sandlog_eventstore::backend::{Backend, UnitOfWork, Unwritten};
 use sandlog_eventstore::blobs::{BlobState, BlobTotals};
 use sandlog_eventstore::chain::{Digest, VerifyReport};
 use sandlog_eventstore::error::Result;
 use sandlog_eventstore::read::LogFilter;
 use sandlog_eventstore::types::{ExpectedVersion, Head};
+
+use super::EventStore;
 
 impl Backend for EventStore {
     fn name(&self) -> String {

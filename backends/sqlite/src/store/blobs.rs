@@ -22,19 +22,19 @@
 //! valid and a reader is told the bytes were erased, not that they never
 //! existed.
 
-use crate::store::SqlResult;
 use std::io::{Read, Write as IoWrite};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{Hash, Timestamp};
-
-use super::EventStore;
 use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, WrittenChunks, decode_chunk,
     write_chunks,
 };
 use sandlog_eventstore::error::{EventStoreError, Result};
+
+use super::EventStore;
+use crate::store::SqlResult;
 
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)

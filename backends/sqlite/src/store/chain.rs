@@ -1,7 +1,6 @@
 //! The hash chain of the SQLite file: `verify` walks the whole log once,
 //! in constant memory, and names the first bad position.
 
-use crate::store::SqlResult;
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 
@@ -9,10 +8,11 @@ use rusqlite::OptionalExtension;
 use rusqlite::types::ValueRef;
 use sandlog_core::envelope::EnvelopeFields;
 use sandlog_core::{Hash, Position, append_chain_input};
-
-use super::EventStore;
 use sandlog_eventstore::chain::{Digest, VerifyReport};
 use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+
+use super::EventStore;
+use crate::store::SqlResult;
 
 fn blob<'a>(value: ValueRef<'a>, position: Position, name: &str) -> Result<&'a [u8]> {
     match value {

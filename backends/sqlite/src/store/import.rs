@@ -2,19 +2,19 @@
 //! and [`EventStore::replicate_from`], which keeps a node's file a verbatim
 //! replica of a shared log.
 
-use crate::store::SqlResult;
 use rusqlite::params;
 use sandlog_core::{Envelope, Position};
-
-use super::EventStore;
-use super::append::{INSERT_EVENT, insert_event, stream_key};
-use super::rows::read_head;
 use sandlog_eventstore::backend::Backend;
 use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
 use sandlog_eventstore::import::{
     BlobRecord, CheckpointRecord, ChunkRecord, IMPORT_BATCH_EVENTS, Portable, check_link,
 };
 use sandlog_eventstore::read::LogFilter;
+
+use super::EventStore;
+use super::append::{INSERT_EVENT, insert_event, stream_key};
+use super::rows::read_head;
+use crate::store::SqlResult;
 
 /// Inserts `envelopes` verbatim after `head` with the Merkle nodes they
 /// complete.

@@ -18,16 +18,16 @@
 //! head and one at each stored checkpoint's size. A proof is only given
 //! at those sizes.
 
-use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::map::{self, MapNode, MapNodes, MapProof, NodePath, StreamHead};
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, Position};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
 
 use super::EventStore;
 use super::rows::log_length;
-use sandlog_eventstore::error::{EventStoreError, Result};
-use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
+use crate::store::SqlResult;
 
 /// The schema version that added the map.
 pub(crate) const MAP_SCHEMA_VERSION: i64 = 6;

@@ -55,7 +55,6 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use sandlog_core::{Clock, Envelope, SystemClock};
-
 use sandlog_eventstore::error::{EventStoreError, Result};
 
 /// `PRAGMA application_id` of a sandlog database: "SnLg".

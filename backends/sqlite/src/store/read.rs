@@ -1,15 +1,15 @@
 //! Reading the SQLite file: by stream, by global position (streamed in
 //! pages, so memory stays constant however long the log), and by filter.
 
-use crate::store::SqlResult;
 use sandlog_core::{Envelope, Position, StreamId, StreamVersion, Timestamp};
+use sandlog_eventstore::error::Result;
+use sandlog_eventstore::read::{ENVELOPE_COLUMNS, LogFilter, PAGE_EVENTS};
+use sandlog_eventstore::types::Head;
 
 use super::EventStore;
 pub use super::rows::envelope_from_row;
 use super::rows::{read_head, read_stream_version};
-use sandlog_eventstore::error::Result;
-use sandlog_eventstore::read::{ENVELOPE_COLUMNS, LogFilter, PAGE_EVENTS};
-use sandlog_eventstore::types::Head;
+use crate::store::SqlResult;
 
 /// Streams envelopes in position order, one page at a time.
 pub struct EnvelopeIter<'a> {

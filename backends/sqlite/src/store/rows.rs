@@ -2,14 +2,14 @@
 //! of a stream's version that appends, reads and imports share. Depends
 //! only on the shared types and the errors.
 
-use crate::store::SqlResult;
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Row};
 use sandlog_core::{Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp};
-use uuid::Uuid;
-
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::types::Head;
+use uuid::Uuid;
+
+use crate::store::SqlResult;
 
 fn malformed(position: Position, reason: impl Into<String>) -> EventStoreError {
     EventStoreError::Corrupt {

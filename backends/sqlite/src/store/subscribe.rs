@@ -5,7 +5,8 @@
 //! ```no_run
 //! # fn main() -> sandlog_eventstore::Result<()> {
 //! use std::time::Duration;
-//! use sandlog_eventstore::{EventStore, LogFilter, OpenOptions, SubscribeFrom};
+//! use sandlog_eventstore::LogFilter;
+//! use sandlog_sqlite::{EventStore, OpenOptions, SubscribeFrom};
 //!
 //! let store = EventStore::open("sandlog.db".as_ref(), OpenOptions::default())?;
 //! let mut events = store.subscribe(SubscribeFrom::Checkpoint("indexer".into()), LogFilter::default())?;
@@ -39,16 +40,16 @@
 //! its memory is bounded however far behind it starts; while caught up it
 //! looks for new events every [`SUBSCRIBE_POLL`].
 
-use crate::store::SqlResult;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rusqlite::OptionalExtension;
 use sandlog_core::{Envelope, Position};
-
-use super::EventStore;
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::read::{LogFilter, PAGE_EVENTS};
+
+use super::EventStore;
+use crate::store::SqlResult;
 
 /// How long a caught-up subscription waits between looks for new events:
 /// short enough to feel live, long enough that an idle follower costs

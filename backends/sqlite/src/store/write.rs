@@ -5,16 +5,16 @@
 //! a committed event never names a blob that is not stored, and a crash
 //! leaves neither (see [`sandlog_eventstore::blobs`]).
 
-use crate::store::SqlResult;
 use rusqlite::{Transaction, TransactionBehavior};
 use sandlog_core::{Envelope, Hash, NewEvent, StreamId};
+use sandlog_eventstore::blobs::{BlobPut, ErasedBlob};
+use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::types::ExpectedVersion;
 
 use super::EventStore;
 use super::append::{Tip, insert_batch};
 use super::blobs;
-use sandlog_eventstore::blobs::{BlobPut, ErasedBlob};
-use sandlog_eventstore::error::{EventStoreError, Result};
-use sandlog_eventstore::types::ExpectedVersion;
+use crate::store::SqlResult;
 
 /// An open write transaction. Made by [`EventStore::write`]; everything
 /// done through it commits together or not at all.

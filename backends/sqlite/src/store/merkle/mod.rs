@@ -2,15 +2,15 @@
 //! them (levels below [`STORED_LEVEL_MIN`] recomputed from the events),
 //! adding the nodes an append completes, folding a log into the tree.
 
-use crate::store::SqlResult;
 use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::merkle::{Frontier, MerkleHash, NodeId, NodeSource, frontier_ids};
 use sandlog_core::{Envelope, Hash, Position};
-
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::merkle::{
     STORED_LEVEL_MIN, leaf_span, missing_node, nodes_to_store, stored_node_hash, subtree_of_events,
 };
+
+use crate::store::SqlResult;
 
 mod store;
 

@@ -1,19 +1,19 @@
 //! The [`EventStore`] methods over the stored tree: its head and roots,
 //! inclusion and consistency proofs, verification, checkpoints, rebuilding.
 
-use crate::store::SqlResult;
 use rusqlite::{OptionalExtension, params};
 use sandlog_core::Position;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
-
-use super::{StoredNodes, fold_events, to_i64};
-use crate::store::EventStore;
-use crate::store::rows::log_length;
 use sandlog_eventstore::error::{EventStoreError, Result};
 use sandlog_eventstore::merkle::{
     MerkleReport, STORED_LEVEL_MIN, StoredCheckpoint, check_consistency_sizes, check_tree_size,
     inclusion_index, missing_node,
 };
+
+use super::{StoredNodes, fold_events, to_i64};
+use crate::store::EventStore;
+use crate::store::SqlResult;
+use crate::store::rows::log_length;
 
 impl EventStore {
     /// The tree's size (the log's length) and root, read in one snapshot.
