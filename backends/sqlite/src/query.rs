@@ -13,60 +13,17 @@ use sandlog_projections::prune::{
 pub use sandlog_projections::query::*;
 use sandlog_projections::state::{FileEntry, SessionState, SessionStatus};
 
-use super::read_model::{load_active_totals, load_files, load_session, load_stats};
+use super::read_model::{
+    SELECT_SESSIONS, load_active_totals, load_files, load_session, load_stats, session_from_row,
+};
 use crate::EventStore;
 use crate::store::SqlResult;
 
-const SUMMARY_COLUMNS: &str = "session_id, status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, labels, version, held, group_name, max_size, readonly, node";
-
+/// A session's summary from a row of [`SELECT_SESSIONS`]: the one
+/// decoding of a session's row, without its files.
 fn summary_from_row(row: &Row<'_>) -> Result<SessionSummary> {
-    let corrupt = |what: String| ProjectionError::Corrupt(what);
-    let id_text: String = row.get(0).sql()?;
-    let session_id =
-        SessionId::parse(&id_text).map_err(|_| corrupt(format!("session id {id_text:?}")))?;
-    let status_text: String = row.get(1).sql()?;
-    let status = SessionStatus::parse(&status_text)
-        .ok_or_else(|| corrupt(format!("status {status_text:?}")))?;
-    let last_outcome = match row.get::<_, Option<String>>(5).sql()? {
-        None => None,
-        Some(text) => Some(
-            serde_json::from_value(serde_json::Value::String(text.clone()))
-                .map_err(|_| corrupt(format!("outcome {text:?}")))?,
-        ),
-    };
-    let labels_text: String = row.get(9).sql()?;
-    Ok(SessionSummary {
-        session_id,
-        status,
-        created_at: row
-            .get::<_, Option<i64>>(2)
-            .sql()?
-            .map(Timestamp::from_unix_micros),
-        updated_at: row
-            .get::<_, Option<i64>>(3)
-            .sql()?
-            .map(Timestamp::from_unix_micros),
-        exec_count: u64::try_from(row.get::<_, i64>(4).sql()?).unwrap_or(0),
-        last_outcome,
-        bytes: u64::try_from(row.get::<_, i64>(6).sql()?).unwrap_or(0),
-        file_count: u64::try_from(row.get::<_, i64>(7).sql()?).unwrap_or(0),
-        legacy: row.get(8).sql()?,
-        labels: serde_json::from_str(&labels_text)
-            .map_err(|error| corrupt(format!("labels: {error}")))?,
-        version: StreamVersion(u64::try_from(row.get::<_, i64>(10).sql()?).unwrap_or(0)),
-        held: row.get(11).sql()?,
-        group: row.get(12).sql()?,
-        max_size: row
-            .get::<_, Option<i64>>(13)
-            .sql()?
-            .map(|size| u64::try_from(size).map_err(|_| corrupt(format!("max_size {size}"))))
-            .transpose()?,
-        readonly: super::read_model::decode_readonly(
-            row.get::<_, Option<String>>(14).sql()?.as_deref(),
-        )
-        .map_err(|error| corrupt(format!("readonly: {error}")))?,
-        node: row.get(15).sql()?,
-    })
+    let (_, session) = session_from_row(row)?;
+    Ok(SessionSummary::from(&session))
 }
 
 /// One session, or `None`.
@@ -76,9 +33,7 @@ pub fn session(store: &EventStore, session_id: SessionId) -> Result<Option<Sessi
 
 fn session_in(connection: &Connection, session_id: SessionId) -> Result<Option<SessionSummary>> {
     let mut statement = connection
-        .prepare_cached(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM rm_sessions WHERE session_id = ?1"
-        ))
+        .prepare_cached(&format!("{} WHERE session_id = ?1", *SELECT_SESSIONS))
         .sql()?;
     let mut rows = statement.query([session_id.to_string()]).sql()?;
     match rows.next().sql()? {
@@ -128,7 +83,8 @@ pub fn sessions_where(
             (Some(_), Some(_)) => "WHERE status = ?1 AND group_name = ?2",
         };
         let sql = format!(
-            "SELECT {SUMMARY_COLUMNS} FROM rm_sessions {condition} ORDER BY created_at, session_id"
+            "{} {condition} ORDER BY created_at, session_id",
+            *SELECT_SESSIONS
         );
         let mut statement = connection.prepare_cached(&sql).sql()?;
         let status = status.map(SessionStatus::as_str);

@@ -5,19 +5,17 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rusqlite::{Connection, params};
-use sandlog_core::event::{Event, Outcome};
-use sandlog_core::{
-    CoreError, Envelope, Position, SessionId, StreamVersion, Timestamp, WorkspacePath,
-};
+use sandlog_core::event::Event;
+use sandlog_core::{CoreError, Envelope, Position, SessionId, StreamVersion, WorkspacePath};
 use sandlog_projections::error::Result;
 use sandlog_projections::state::{
     EventContext, SessionState, SessionStatus, State, apply_in_context,
 };
 
 use super::rows::{
-    corrupt, encode_readonly, load_file_by_key, load_files_by_key, load_keyed_session, load_stats,
-    to_i64,
+    corrupt, load_file_by_key, load_files_by_key, load_keyed_session, load_stats, to_i64,
 };
+use super::session_row::{INSERT_SESSION, SessionValues, UPDATE_SESSION};
 use crate::store::SqlResult;
 
 /// What one session adds to `rm_totals`: one session and its bytes while
@@ -241,78 +239,24 @@ impl<'c> Batch<'c> {
         // Sessions whose row this flush inserts: all their files are new.
         let mut new_sessions = Vec::new();
         {
-            let mut insert_session = connection.prepare_cached(
-                "INSERT INTO rm_sessions (session_id, status, created_at, updated_at, exec_count, last_outcome, \
-                 bytes, file_count, legacy, labels, version, last_position, held, group_name, max_size, \
-                 readonly, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17)",
-            ).sql()?;
-            let mut update_session = connection.prepare_cached(
-                "UPDATE rm_sessions SET status = ?2, created_at = ?3, updated_at = ?4, exec_count = ?5, \
-                 last_outcome = ?6, bytes = ?7, file_count = ?8, legacy = ?9, labels = ?10, version = ?11, \
-                 last_position = ?12, held = ?13, group_name = ?14, max_size = ?15, readonly = ?16, \
-                 node = ?17 WHERE session_key = ?1",
-            ).sql()?;
+            let mut insert_session = connection.prepare_cached(&INSERT_SESSION).sql()?;
+            let mut update_session = connection.prepare_cached(&UPDATE_SESSION).sql()?;
             for session_id in &self.dirty_sessions {
                 let Some(session) = self.state.sessions.get(session_id) else {
                     continue;
                 };
-                let labels = serde_json::to_string(&session.labels)
-                    .map_err(|error| corrupt(error.to_string()))?;
-                let readonly = encode_readonly(&session.readonly)?;
+                let values = SessionValues::of(session)?;
                 let loaded = self.loaded.get_mut(session_id).ok_or_else(|| {
                     corrupt(format!("session {session_id} changed without being loaded"))
                 })?;
-                let values = (
-                    session.status.as_str(),
-                    session.created_at.map(Timestamp::unix_micros),
-                    session.updated_at.map(Timestamp::unix_micros),
-                    to_i64(session.exec_count),
-                    session.last_outcome.map(Outcome::as_str),
-                    to_i64(session.bytes),
-                    to_i64(session.file_count),
-                    session.legacy,
-                    labels,
-                    to_i64(session.version.0),
-                    to_i64(session.last_position.0),
-                    session.held.as_deref(),
-                    session.group.as_deref(),
-                    session.max_size.map(to_i64),
-                    readonly,
-                    session.node.as_deref(),
-                );
                 match loaded.key {
                     Some(key) => {
-                        update_session
-                            .execute(params![
-                                key, values.0, values.1, values.2, values.3, values.4, values.5,
-                                values.6, values.7, values.8, values.9, values.10, values.11,
-                                values.12, values.13, values.14, values.15,
-                            ])
-                            .sql()?;
+                        update_session.execute(values.params(&key)).sql()?;
                     }
                     None => {
                         new_sessions.push(*session_id);
                         insert_session
-                            .execute(params![
-                                session_id.to_string(),
-                                values.0,
-                                values.1,
-                                values.2,
-                                values.3,
-                                values.4,
-                                values.5,
-                                values.6,
-                                values.7,
-                                values.8,
-                                values.9,
-                                values.10,
-                                values.11,
-                                values.12,
-                                values.13,
-                                values.14,
-                                values.15,
-                            ])
+                            .execute(values.params(&session_id.to_string()))
                             .sql()?;
                         loaded.key = Some(connection.last_insert_rowid());
                     }

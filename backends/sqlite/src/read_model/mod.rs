@@ -26,6 +26,7 @@ mod batch;
 mod catch_up;
 mod rows;
 mod schema;
+mod session_row;
 
 use std::sync::Arc;
 
@@ -44,10 +45,9 @@ use crate::store::rows::log_length;
 use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 pub use catch_up::CATCH_UP_CHUNK_EVENTS;
-pub(crate) use rows::{
-    decode_readonly, load_active_totals, load_file, load_files, load_session, load_stats,
-};
+pub(crate) use rows::{load_active_totals, load_file, load_files, load_session, load_stats};
 pub use schema::READ_MODEL_VERSION;
+pub(crate) use session_row::{SELECT_SESSIONS, session_from_row};
 
 #[cfg(test)]
 pub(crate) use schema::reset as reset_tables;

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use sandlog_core::event::{Outcome, ReadonlyDir};
-use sandlog_core::{Hash, Position, SessionId, StreamVersion, Timestamp, WorkspacePath};
+use sandlog_core::event::ReadonlyDir;
+use sandlog_core::{Hash, SessionId, Timestamp, WorkspacePath};
 use sandlog_projections::error::{ProjectionError, Result};
-use sandlog_projections::state::{CleanupStats, FileEntry, SessionState, SessionStatus};
+use sandlog_projections::state::{CleanupStats, FileEntry, SessionState};
 
+use super::session_row::{SELECT_SESSIONS, session_from_row};
 use crate::store::SqlResult;
 
 /// The `readonly` column: NULL for none, else a JSON array.
@@ -62,97 +63,19 @@ pub(super) fn load_keyed_session(
     session_id: SessionId,
     with_files: bool,
 ) -> Result<Option<KeyedSession>> {
-    let id_text = session_id.to_string();
     let row = connection
-        .prepare_cached(
-            "SELECT status, created_at, updated_at, exec_count, last_outcome, bytes, file_count, legacy, \
-             labels, version, last_position, session_key, held, group_name, max_size, readonly, \
-             node FROM rm_sessions WHERE session_id = ?1",
-        ).sql()?
-        .query_row([&id_text], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Option<i64>>(1)?,
-                row.get::<_, Option<i64>>(2)?,
-                row.get::<_, i64>(3)?,
-                row.get::<_, Option<String>>(4)?,
-                row.get::<_, i64>(5)?,
-                row.get::<_, i64>(6)?,
-                row.get::<_, bool>(7)?,
-                row.get::<_, String>(8)?,
-                row.get::<_, i64>(9)?,
-                row.get::<_, i64>(10)?,
-                row.get::<_, i64>(11)?,
-                row.get::<_, Option<String>>(12)?,
-                row.get::<_, Option<String>>(13)?,
-                row.get::<_, Option<i64>>(14)?,
-                row.get::<_, Option<String>>(15)?,
-                row.get::<_, Option<String>>(16)?,
-            ))
-        })
-        .optional().sql()?;
-    let Some((
-        status,
-        created_at,
-        updated_at,
-        exec_count,
-        last_outcome,
-        bytes,
-        file_count,
-        legacy,
-        labels,
-        version,
-        last_position,
-        session_key,
-        held,
-        group,
-        max_size,
-        readonly,
-        node,
-    )) = row
-    else {
+        .prepare_cached(&format!("{} WHERE session_id = ?1", *SELECT_SESSIONS))
+        .sql()?
+        .query_row([session_id.to_string()], |row| Ok(session_from_row(row)))
+        .optional()
+        .sql()?;
+    let Some((key, mut session)) = row.transpose()? else {
         return Ok(None);
     };
-    let status = SessionStatus::parse(&status)
-        .ok_or_else(|| corrupt(format!("session {id_text} has status {status:?}")))?;
-    let last_outcome = match last_outcome {
-        None => None,
-        Some(text) => Some(
-            serde_json::from_value::<Outcome>(serde_json::Value::String(text.clone()))
-                .map_err(|_| corrupt(format!("session {id_text} has outcome {text:?}")))?,
-        ),
-    };
-    let labels: BTreeMap<String, String> = serde_json::from_str(&labels)
-        .map_err(|error| corrupt(format!("session {id_text} labels: {error}")))?;
-    let readonly = decode_readonly(readonly.as_deref())
-        .map_err(|error| corrupt(format!("session {id_text} readonly: {error}")))?;
-    let files = match with_files {
-        true => load_files_by_key(connection, session_key)?,
-        false => BTreeMap::new(),
-    };
-    Ok(Some(KeyedSession {
-        key: session_key,
-        session: SessionState {
-            session_id,
-            status,
-            created_at: created_at.map(Timestamp::from_unix_micros),
-            updated_at: updated_at.map(Timestamp::from_unix_micros),
-            exec_count: to_u64(exec_count),
-            last_outcome,
-            bytes: to_u64(bytes),
-            file_count: to_u64(file_count),
-            legacy,
-            labels,
-            version: StreamVersion(to_u64(version)),
-            last_position: Position(to_u64(last_position)),
-            files,
-            held,
-            group,
-            max_size: max_size.map(to_u64),
-            readonly,
-            node,
-        },
-    }))
+    if with_files {
+        session.files = load_files_by_key(connection, key)?;
+    }
+    Ok(Some(KeyedSession { key, session }))
 }
 
 /// Loads one session's files (none if the session has no row).
