@@ -10,6 +10,7 @@ pub use sandlog_projections::evidence::*;
 
 use super::query::session_id_column;
 use crate::EventStore;
+use crate::read_model::stored_u64;
 use crate::store::SqlResult;
 
 fn hash_column(bytes: &[u8]) -> Result<Hash> {
@@ -23,7 +24,7 @@ fn ref_from_row(row: &rusqlite::Row<'_>) -> Result<BlobRef> {
     Ok(BlobRef {
         hash: hash_column(&hash)?,
         session_id: session_id_column(row, 1)?,
-        position: Position(u64::try_from(row.get::<_, i64>(2).sql()?).unwrap_or(0)),
+        position: Position(stored_u64(row.get(2).sql()?, "rm_blob_refs.position")?),
         role: row.get(3).sql()?,
         path: match path {
             None => None,

@@ -17,6 +17,7 @@ use super::read_model::{
     SELECT_SESSIONS, load_active_totals, load_files, load_session, load_stats, session_from_row,
 };
 use crate::EventStore;
+use crate::read_model::stored_u64;
 use crate::store::SqlResult;
 
 /// A session's summary from a row of [`SELECT_SESSIONS`]: the one
@@ -212,13 +213,10 @@ pub fn prune_candidates(
                          WHERE status = 'active' AND (node IS NULL OR node = ?1)",
                     )
                     .sql()?
-                    .query_row([node], |row| {
-                        Ok((
-                            u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
-                            u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
-                        ))
-                    })
-                    .sql()?,
+                    .query_row([node], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .sql()
+                    .map_err(ProjectionError::from)
+                    .and_then(active_share)?,
                 // A group's totals are not kept; a group is a task's few
                 // sessions, counted through the group index.
                 (Some(group), _) => connection
@@ -228,13 +226,10 @@ pub fn prune_candidates(
                          AND (?2 IS NULL OR node IS NULL OR node = ?2)",
                     )
                     .sql()?
-                    .query_row(params![group, node], |row| {
-                        Ok((
-                            u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
-                            u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
-                        ))
-                    })
-                    .sql()?,
+                    .query_row(params![group, node], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .sql()
+                    .map_err(ProjectionError::from)
+                    .and_then(active_share)?,
             }
         } else {
             (0, 0)
@@ -266,8 +261,8 @@ pub fn prune_candidates(
                 let session = ActiveSession {
                     session_id,
                     updated_at: Timestamp::from_unix_micros(row.get(1).sql()?),
-                    bytes: u64::try_from(row.get::<_, i64>(2).sql()?).unwrap_or(0),
-                    version: StreamVersion(u64::try_from(row.get::<_, i64>(3).sql()?).unwrap_or(0)),
+                    bytes: stored_u64(row.get(2).sql()?, "rm_sessions.bytes")?,
+                    version: StreamVersion(stored_u64(row.get(3).sql()?, "rm_sessions.version")?),
                 };
                 if held.contains(&session_id) {
                     skipped.push(SkippedSession {
@@ -304,6 +299,14 @@ pub fn prune_candidates(
     })
 }
 
+/// `(sessions, their bytes)` as counted by SQL, checked.
+fn active_share((sessions, bytes): (i64, i64)) -> Result<(u64, u64)> {
+    Ok((
+        stored_u64(sessions, "count of active rm_sessions")?,
+        stored_u64(bytes, "sum of active rm_sessions.bytes")?,
+    ))
+}
+
 /// Counts and sizes.
 pub fn stats(store: &EventStore) -> Result<StoreStats> {
     store.with_reader(|connection| {
@@ -311,7 +314,8 @@ pub fn stats(store: &EventStore) -> Result<StoreStats> {
         let mut statement = connection.prepare_cached("SELECT status, count(*) FROM rm_sessions GROUP BY status").sql()?;
         let mut rows = statement.query([]).sql()?;
         while let Some(row) = rows.next().sql()? {
-            sessions.insert(row.get::<_, String>(0).sql()?, u64::try_from(row.get::<_, i64>(1).sql()?).unwrap_or(0));
+            let count = stored_u64(row.get(1).sql()?, "count of rm_sessions")?;
+            sessions.insert(row.get::<_, String>(0).sql()?, count);
         }
         drop(rows);
         let (legacy, bytes, files, executions): (i64, i64, i64, i64) = connection
@@ -324,10 +328,10 @@ pub fn stats(store: &EventStore) -> Result<StoreStats> {
             .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))).sql()?;
         Ok(StoreStats {
             sessions,
-            legacy_sessions: u64::try_from(legacy).unwrap_or(0),
-            workspace_bytes: u64::try_from(bytes).unwrap_or(0),
-            files: u64::try_from(files).unwrap_or(0),
-            executions: u64::try_from(executions).unwrap_or(0),
+            legacy_sessions: stored_u64(legacy, "sum of rm_sessions.legacy")?,
+            workspace_bytes: stored_u64(bytes, "sum of rm_sessions.bytes")?,
+            files: stored_u64(files, "sum of rm_sessions.file_count")?,
+            executions: stored_u64(executions, "sum of rm_sessions.exec_count")?,
             cleanup: load_stats(connection)?,
         })
     })

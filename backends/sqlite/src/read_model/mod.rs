@@ -45,7 +45,9 @@ use crate::store::rows::log_length;
 use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 pub use catch_up::CATCH_UP_CHUNK_EVENTS;
-pub(crate) use rows::{load_active_totals, load_file, load_files, load_session, load_stats};
+pub(crate) use rows::{
+    load_active_totals, load_file, load_files, load_session, load_stats, stored_u64,
+};
 pub use schema::READ_MODEL_VERSION;
 pub(crate) use session_row::{SELECT_SESSIONS, session_from_row};
 

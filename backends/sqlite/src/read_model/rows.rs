@@ -38,8 +38,10 @@ pub(super) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-pub(super) fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
+/// A stored count, size or position: a negative one is damage, named by
+/// its column, never read as zero.
+pub(crate) fn stored_u64(value: i64, column: &str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| corrupt(format!("{column} holds {value}")))
 }
 
 /// A session as loaded from `rm_sessions`, with its row's key.
@@ -131,7 +133,7 @@ fn decode_file_row(
     let blake3 = Hash::from_slice(&hash_bytes)
         .ok_or_else(|| corrupt(format!("hash of {:?}", path.as_str())))?;
     Ok(FileEntry {
-        size: to_u64(size),
+        size: stored_u64(size, "rm_files.size")?,
         blake3,
         updated_at: Timestamp::from_unix_micros(updated_at),
     })
@@ -176,7 +178,7 @@ pub(super) fn load_files_by_key(
         files.insert(
             path,
             FileEntry {
-                size: to_u64(row.get(1).sql()?),
+                size: stored_u64(row.get(1).sql()?, "rm_files.size")?,
                 blake3,
                 updated_at: Timestamp::from_unix_micros(row.get(3).sql()?),
             },
@@ -192,7 +194,10 @@ pub(crate) fn load_active_totals(connection: &Connection) -> Result<(u64, u64)> 
         .sql()?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
         .sql()?;
-    Ok((to_u64(sessions), to_u64(bytes)))
+    Ok((
+        stored_u64(sessions, "rm_totals.active_sessions")?,
+        stored_u64(bytes, "rm_totals.active_bytes")?,
+    ))
 }
 
 pub(crate) fn load_stats(connection: &Connection) -> Result<CleanupStats> {

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension};
 use sandlog_core::Position;
 use sandlog_projections::error::Result;
 
-use super::rows::to_u64;
+use super::rows::stored_u64;
 use crate::store::SqlResult;
 
 /// The shape of the read-model tables. Bump it when they change: stores
@@ -143,7 +143,13 @@ pub(super) fn checkpoint(connection: &Connection) -> Result<Option<(Position, i6
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()
         .sql()?;
-    Ok(row.map(|(position, version)| (Position(to_u64(position)), version)))
+    row.map(|(position, version)| {
+        Ok((
+            Position(stored_u64(position, "rm_checkpoint.position")?),
+            version,
+        ))
+    })
+    .transpose()
 }
 
 pub(crate) fn reset(connection: &Connection) -> Result<()> {
