@@ -163,6 +163,17 @@ pub enum EventStoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A stored integer that no sandlog writes (a negative count, size,
+    /// position or version): the database was damaged or edited.
+    #[error(
+        "the stored {column} holds {value}, which sandlog never writes: the database is damaged"
+    )]
+    StoredValue {
+        /// The table and column.
+        column: &'static str,
+        /// What it holds.
+        value: i64,
+    },
     /// A blob's bytes do not hash to its address: it was damaged.
     #[error("blob {hash} is corrupt: its contents hash to {actual}")]
     BlobCorrupt {
@@ -306,6 +317,7 @@ impl EventStoreError {
             Self::UpgradeBusy { .. } => "busy",
             Self::ChainBroken { .. } => "integrity",
             Self::Corrupt { .. } => "corrupt",
+            Self::StoredValue { .. } => "integrity",
             Self::BlobCorrupt { .. } => "integrity",
             Self::BlobTooLarge { .. } => "too_large",
             Self::BlobHashMismatch { .. } => "changed",
@@ -340,6 +352,7 @@ impl EventStoreError {
             Self::ForeignDatabase { .. } | Self::SchemaTooNew { .. } => ErrorClass::Io,
             Self::ChainBroken { .. }
             | Self::Corrupt { .. }
+            | Self::StoredValue { .. }
             | Self::BlobCorrupt { .. }
             | Self::MerkleDamaged { .. }
             | Self::CheckpointCorrupt { .. }
@@ -368,6 +381,13 @@ impl EventStoreError {
     pub fn is_integrity(&self) -> bool {
         self.class() == ErrorClass::Integrity
     }
+}
+
+/// A stored count, size, position or version as the unsigned number it
+/// is: a negative one is [`EventStoreError::StoredValue`] naming its
+/// column, never read as zero.
+pub fn stored_u64(value: i64, column: &'static str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| EventStoreError::StoredValue { column, value })
 }
 
 /// Result alias.

@@ -9,14 +9,10 @@ use sandlog_core::{Hash, Timestamp};
 use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, ErasedBlob, WrittenChunks, decode_chunk, write_chunks,
 };
-use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result, stored_u64};
 
 use crate::PgResult;
 use crate::{BLOB_LOCK_CLASS, PgEventStore, Session, to_i64};
-
-fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
 
 fn state_in(session: &mut Session<'_>, hash: &Hash) -> Result<BlobState> {
     let row = session.query_opt(
@@ -31,12 +27,12 @@ fn state_in(session: &mut Session<'_>, hash: &Hash) -> Result<BlobState> {
     let erased_at: Option<i64> = row.try_get(2).pg()?;
     Ok(match erased_at {
         Some(erased_at) => BlobState::Erased {
-            size: to_u64(size),
+            size: stored_u64(size, "blob_index.size")?,
             erased_at: Timestamp::from_unix_micros(erased_at),
         },
         None => BlobState::Kept {
-            size: to_u64(size),
-            stored_bytes: to_u64(stored),
+            size: stored_u64(size, "blob_index.size")?,
+            stored_bytes: stored_u64(stored, "blob_index.stored")?,
         },
     })
 }
@@ -279,11 +275,11 @@ fn delete_chunks(session: &mut Session<'_>, hash: &Hash) -> Result<Option<Erased
     )?;
     Ok(Some(ErasedBlob {
         hash: *hash,
-        size: to_u64(size),
+        size: stored_u64(size, "blob_index.size")?,
         stored_bytes: if erased_at.is_some() {
             0
         } else {
-            to_u64(stored)
+            stored_u64(stored, "blob_index.stored")?
         },
     }))
 }
@@ -361,10 +357,10 @@ impl PgEventStore {
                 return Ok(BlobTotals::default());
             };
             Ok(BlobTotals {
-                kept: to_u64(row.try_get(0).pg()?),
-                kept_bytes: to_u64(row.try_get(1).pg()?),
-                stored_bytes: to_u64(row.try_get(2).pg()?),
-                erased: to_u64(row.try_get(3).pg()?),
+                kept: stored_u64(row.try_get(0).pg()?, "count of kept blobs")?,
+                kept_bytes: stored_u64(row.try_get(1).pg()?, "sum of kept blob_index.size")?,
+                stored_bytes: stored_u64(row.try_get(2).pg()?, "sum of kept blob_index.stored")?,
+                erased: stored_u64(row.try_get(3).pg()?, "count of erased blobs")?,
             })
         })
     }

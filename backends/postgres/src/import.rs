@@ -2,7 +2,7 @@
 
 use postgres::Row;
 use sandlog_core::Envelope;
-use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result, stored_u64};
 use sandlog_eventstore::import::{BlobRecord, CheckpointRecord, ChunkRecord, Portable};
 use sandlog_eventstore::merkle::nodes_to_store;
 
@@ -54,7 +54,7 @@ impl Portable for PgEventStore {
                 Some(row) => row.try_get(0).pg()?,
                 None => 0,
             };
-            Ok(u64::try_from(count).unwrap_or(0))
+            stored_u64(count, "count of blob_index")
         })
     }
 

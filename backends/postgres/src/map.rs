@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use sandlog_core::Envelope;
 use sandlog_core::map::{self, MapNode, MapNodes, NodePath};
 use sandlog_core::merkle::MerkleHash;
-use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result, stored_u64};
 use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
 
 use crate::PgResult;
@@ -108,7 +108,7 @@ pub(crate) fn rebuild(session: &mut Session<'_>) -> Result<MerkleHash> {
         let version: i64 = row.try_get(1).pg()?;
         let position: i64 = row.try_get(2).pg()?;
         let hash: &[u8] = row.try_get(3).pg()?;
-        let position = u64::try_from(position).unwrap_or(0);
+        let position = stored_u64(position, "events.position")?;
         head = head.max(position);
         let hash =
             sandlog_core::Hash::from_slice(hash).ok_or_else(|| EventStoreError::Corrupt {
@@ -118,7 +118,7 @@ pub(crate) fn rebuild(session: &mut Session<'_>) -> Result<MerkleHash> {
         changes.push((
             map::key_of(stream),
             map::StreamHead {
-                version: u64::try_from(version).unwrap_or(0),
+                version: stored_u64(version, "events.version")?,
                 position,
                 hash,
             }

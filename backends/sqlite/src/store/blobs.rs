@@ -31,17 +31,13 @@ use sandlog_eventstore::blobs::{
     BlobPut, BlobState, BlobTotals, CHUNK_BYTES, ErasedBlob, WrittenChunks, decode_chunk,
     write_chunks,
 };
-use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result, stored_u64};
 
 use super::EventStore;
 use crate::store::SqlResult;
 
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
 }
 
 fn state_in(connection: &Connection, hash: &Hash) -> Result<BlobState> {
@@ -56,12 +52,12 @@ fn state_in(connection: &Connection, hash: &Hash) -> Result<BlobState> {
     Ok(match row {
         None => BlobState::Missing,
         Some((size, _, Some(erased_at))) => BlobState::Erased {
-            size: to_u64(size),
+            size: stored_u64(size, "blob_index.size")?,
             erased_at: Timestamp::from_unix_micros(erased_at),
         },
         Some((size, stored, None)) => BlobState::Kept {
-            size: to_u64(size),
-            stored_bytes: to_u64(stored),
+            size: stored_u64(size, "blob_index.size")?,
+            stored_bytes: stored_u64(stored, "blob_index.stored")?,
         },
     })
 }
@@ -219,11 +215,11 @@ fn delete_chunks(transaction: &Transaction<'_>, hash: &Hash) -> Result<Option<Er
         .sql()?;
     Ok(Some(ErasedBlob {
         hash: *hash,
-        size: to_u64(size),
+        size: stored_u64(size, "blob_index.size")?,
         stored_bytes: if erased_at.is_some() {
             0
         } else {
-            to_u64(stored)
+            stored_u64(stored, "blob_index.stored")?
         },
     }))
 }
@@ -446,10 +442,10 @@ impl EventStore {
             )
             .sql()?;
         Ok(BlobTotals {
-            kept: to_u64(kept),
-            kept_bytes: to_u64(kept_bytes),
-            stored_bytes: to_u64(stored_bytes),
-            erased: to_u64(erased),
+            kept: stored_u64(kept, "count of kept blobs")?,
+            kept_bytes: stored_u64(kept_bytes, "sum of kept blob_index.size")?,
+            stored_bytes: stored_u64(stored_bytes, "sum of kept blob_index.stored")?,
+            erased: stored_u64(erased, "count of erased blobs")?,
         })
     }
 

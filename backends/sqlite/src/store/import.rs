@@ -5,7 +5,7 @@
 use rusqlite::params;
 use sandlog_core::{Envelope, Position};
 use sandlog_eventstore::backend::Backend;
-use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result};
+use sandlog_eventstore::error::{ChainProblem, EventStoreError, Result, stored_u64};
 use sandlog_eventstore::import::{
     BlobRecord, CheckpointRecord, ChunkRecord, IMPORT_BATCH_EVENTS, Portable, check_link,
 };
@@ -115,7 +115,7 @@ impl Portable for EventStore {
                 connection.query_row("SELECT count(*) FROM blob_index", [], |row| row.get(0))
             })
             .sql()?;
-        Ok(u64::try_from(count).unwrap_or(0))
+        stored_u64(count, "count of blob_index")
     }
 
     fn export_blobs(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<BlobRecord>> {

@@ -22,7 +22,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sandlog_core::map::{self, MapNode, MapNodes, MapProof, NodePath, StreamHead};
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Envelope, Hash, Position};
-use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result, stored_u64};
 use sandlog_eventstore::merkle::{head_changes, map_node_columns, map_node_from_columns};
 
 use super::EventStore;
@@ -157,12 +157,17 @@ fn head_row(row: &rusqlite::Row<'_>) -> Result<(String, u64, u64, Hash)> {
     let version: i64 = row.get(1).sql()?;
     let position: i64 = row.get(2).sql()?;
     let hash: Vec<u8> = row.get(3).sql()?;
-    let position = u64::try_from(position).unwrap_or(0);
+    let position = stored_u64(position, "events.position")?;
     let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
         position: Position(position),
         reason: "hash is not 32 bytes".into(),
     })?;
-    Ok((stream, u64::try_from(version).unwrap_or(0), position, hash))
+    Ok((
+        stream,
+        stored_u64(version, "events.version")?,
+        position,
+        hash,
+    ))
 }
 
 /// Drops the stored map and builds it again from the log, on the given
@@ -232,9 +237,9 @@ fn stream_head_at(connection: &Connection, stream: &str, size: u64) -> Result<Op
         .optional()
         .sql()?;
     row.map(|(version, position, hash)| {
-        let position = u64::try_from(position).unwrap_or(0);
+        let position = stored_u64(position, "events.position")?;
         Ok(StreamHead {
-            version: u64::try_from(version).unwrap_or(0),
+            version: stored_u64(version, "events.version")?,
             position,
             hash: Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
                 position: Position(position),
@@ -350,7 +355,7 @@ impl EventStore {
         while let Some(row) = rows.next().sql()? {
             let size: i64 = row.get(0).sql()?;
             let root: Vec<u8> = row.get(1).sql()?;
-            let size = u64::try_from(size).unwrap_or(0);
+            let size = stored_u64(size, "map_roots.size")?;
             let root: [u8; 32] = root
                 .try_into()
                 .map_err(|_| EventStoreError::MerkleDamaged {

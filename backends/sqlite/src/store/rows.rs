@@ -5,7 +5,7 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Row};
 use sandlog_core::{Envelope, EventId, Hash, Position, StreamId, StreamVersion, Timestamp};
-use sandlog_eventstore::error::{EventStoreError, Result};
+use sandlog_eventstore::error::{EventStoreError, Result, stored_u64};
 use sandlog_eventstore::types::Head;
 use uuid::Uuid;
 
@@ -112,7 +112,7 @@ pub fn log_length(connection: &rusqlite::Connection) -> Result<u64> {
             row.get(0)
         })
         .sql()?;
-    Ok(u64::try_from(head).unwrap_or(0))
+    stored_u64(head, "events.position")
 }
 
 pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
@@ -138,7 +138,7 @@ pub(crate) fn read_head(transaction: &rusqlite::Connection) -> Result<Head> {
             recorded_at: None,
         }),
         Some((position, hash, recorded_at)) => {
-            let position = Position(u64::try_from(position).unwrap_or(0));
+            let position = Position(stored_u64(position, "events.position")?);
             let hash = Hash::from_slice(&hash).ok_or_else(|| EventStoreError::Corrupt {
                 position,
                 reason: "hash is not 32 bytes".into(),
@@ -164,5 +164,7 @@ pub(crate) fn read_stream_version(
         .query_row([stream], |row| row.get(0))
         .optional()
         .sql()?;
-    Ok(version.map(|v| StreamVersion(u64::try_from(v).unwrap_or(0))))
+    version
+        .map(|v| Ok(StreamVersion(stored_u64(v, "events.version")?)))
+        .transpose()
 }
