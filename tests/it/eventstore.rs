@@ -2934,3 +2934,35 @@ fn the_writer_spills_statement_journals_to_a_file() -> TestResult {
     assert_eq!((writer, reader), (1, 2));
     Ok(())
 }
+
+/// Goal: a stored integer no sandlog writes (a blob's negative size) is an
+/// integrity failure naming its column, never read as zero.
+/// Method: one blob; its index row's `size` set to -1 by a tamperer; its
+/// state is refused with `StoredValue` naming `blob_index.size`, of the
+/// integrity class.
+#[test]
+fn a_negative_stored_size_is_an_integrity_error_naming_its_column() -> TestResult {
+    let temp = temp_store()?;
+    let hash = temp.store.put_blob(b"some evidence")?;
+    let tamperer = temp.tamperer()?;
+    let changed = tamperer.execute("UPDATE blob_index SET size = -1", [])?;
+    assert_eq!(changed, 1);
+
+    let error = temp
+        .store
+        .blob_state(&hash)
+        .expect_err("a negative size must be refused");
+    assert!(
+        matches!(
+            error,
+            EventStoreError::StoredValue {
+                column: "blob_index.size",
+                value: -1
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.is_integrity(), "{error}");
+    assert_eq!(error.kind(), "integrity");
+    Ok(())
+}

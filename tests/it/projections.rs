@@ -1673,3 +1673,41 @@ fn replay_by_time_and_position_shows_files_as_they_were() -> TestResult {
     assert_eq!(then, State::fold(envelopes.iter().take(3)));
     Ok(())
 }
+
+/// Goal: a stored count the read model cannot hold (a negative size) is
+/// an integrity failure naming its column, never read as zero.
+/// Method: one session; its row's `bytes` set to -1 behind the fold's
+/// back; the summary, the session with its files and the statistics are
+/// each refused with `read_model_corrupt` naming the column.
+#[test]
+fn a_negative_stored_count_is_a_corrupt_read_model_naming_its_column() -> TestResult {
+    let harness = ProjectionStore::new(true)?;
+    let session_id = SessionId::new_v4();
+    harness.append_to(session_id, &[created_with_labels(session_id, &[])])?;
+    harness
+        .store
+        .with_write_transaction(|transaction| -> Result<(), ProjectionError> {
+            transaction
+                .execute("UPDATE rm_sessions SET bytes = -1", [])
+                .sql()?;
+            Ok(())
+        })?;
+
+    let refusals = [
+        ("summary", query::session(&harness.store, session_id).err()),
+        (
+            "session with files",
+            query::session_with_files(&harness.store, session_id).err(),
+        ),
+        ("statistics", query::stats(&harness.store).err()),
+    ];
+    for (what, error) in refusals {
+        let error = error.unwrap_or_else(|| panic!("the {what} must be refused"));
+        assert_eq!(error.kind(), "read_model_corrupt", "{what}: {error}");
+        assert!(
+            matches!(&error, ProjectionError::Corrupt(reason) if reason.contains("bytes") && reason.contains("-1")),
+            "{what}: the column and its value are named: {error}"
+        );
+    }
+    Ok(())
+}
