@@ -16,11 +16,10 @@ use std::time::Duration;
 use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
-use sandlog_eventstore::{
-    Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions, UpgradeObserver,
-};
-use sandlog_projections::query::{self, SessionSummary};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
 use sandlog_projections::{SessionState, SessionStatus};
+use sandlog_sqlite::query::{self, SessionSummary};
+use sandlog_sqlite::{Durability, EventStore, OpenOptions, UpgradeObserver};
 
 use crate::anchor;
 use crate::error::{Result, RuntimeError};
@@ -363,8 +362,7 @@ impl Engine {
         open_options.read_only = read_only;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
-        let report =
-            sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
+        let report = sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
         if report.events > 0 {
             tracing::info!(
                 events = report.events,
@@ -432,7 +430,7 @@ impl Engine {
             .durability(options.durability)
             .on_upgrade(options.on_upgrade.clone());
         let mut store = EventStore::open(&layout.database, open_options)?;
-        sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
+        sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
         let copied = store.replicate_from(shared.as_ref())?;
         if copied > 0 {
             tracing::info!(copied, "this node's replica copied the shared log");
@@ -614,16 +612,16 @@ impl Engine {
     /// A catch-up subscription to the events matching `filter`: every
     /// event after a position or a named consumer's checkpoint, at least
     /// once and in position order, then what any process appends (see
-    /// [`sandlog_eventstore::sqlite::subscribe`]).
+    /// [`sandlog_sqlite::store::subscribe`]).
     ///
     /// # Errors
     ///
     /// A bad consumer name or a damaged checkpoint; the store's errors.
     pub fn subscribe(
         &self,
-        from: sandlog_eventstore::SubscribeFrom,
+        from: sandlog_sqlite::SubscribeFrom,
         filter: sandlog_eventstore::LogFilter,
-    ) -> Result<sandlog_eventstore::Subscription<'_>> {
+    ) -> Result<sandlog_sqlite::Subscription<'_>> {
         Ok(self.store.subscribe(from, filter)?)
     }
 

@@ -310,7 +310,7 @@ impl Engine {
         status: Option<sandlog_projections::SessionStatus>,
         group: Option<&str>,
     ) -> Result<Vec<SessionSummary>> {
-        Ok(sandlog_projections::query::sessions_where(
+        Ok(sandlog_sqlite::query::sessions_where(
             &self.store,
             status,
             group,

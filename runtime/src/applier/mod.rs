@@ -19,7 +19,7 @@ use sandlog_core::event::{
 use sandlog_core::limits::{DRIFT_EVENT_BYTES_MAX, DRIFT_ITEMS_MAX, DRIFT_ITEMS_PER_EVENT_MAX};
 use sandlog_core::{Hash, SessionId, StreamId};
 use sandlog_eventstore::{ExpectedVersion, LogFilter};
-use sandlog_projections::query;
+use sandlog_sqlite::query;
 use serde::Serialize;
 use uuid::Uuid;
 
