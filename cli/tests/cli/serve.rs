@@ -27,22 +27,7 @@ fn repo() -> PathBuf {
 
 /// The binary with a root, the runtimes and the shared module cache.
 fn sandlog(root: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlog"));
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env_remove("SANDLOG_TOKEN")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
+    crate::common::sandlog_std(root)
 }
 
 fn init() -> (tempfile::TempDir, PathBuf) {
