@@ -14,7 +14,7 @@ use crate::state::{CleanupStats, SessionState, SessionStatus};
 
 pub use crate::sqlite::query::{
     all_sessions_with_files, files, prune_candidates, session, session_file, session_with_files,
-    sessions, sessions_where, stats,
+    sessions, sessions_by_prefix, sessions_where, stats,
 };
 
 /// A session without its file list.
