@@ -445,6 +445,28 @@ fn serve_round_trip() {
     assert_eq!(dry.status, 200, "{}", dry.text());
     assert_eq!(dry.json()["dry_run"], true);
     assert_eq!(dry.json()["deleted_sessions"].as_array().unwrap().len(), 1);
+    // The CLI's rule: a cap selects without an age; `max_deletions` alone
+    // selects nothing and is refused, naming what would select.
+    let by_cap = server.json(
+        "POST",
+        "/v1/prune",
+        &json!({"max_sessions": 0, "dry_run": true}),
+    );
+    assert_eq!(by_cap.status, 200, "{}", by_cap.text());
+    assert_eq!(
+        by_cap.json()["deleted_sessions"].as_array().unwrap().len(),
+        1
+    );
+    let nothing = server.json("POST", "/v1/prune", &json!({"max_deletions": 5}));
+    assert_eq!(nothing.status, 422, "{}", nothing.text());
+    assert_eq!(nothing.json()["error"], "nothing_to_prune");
+    assert!(
+        nothing.json()["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("max_sessions")),
+        "{}",
+        nothing.text()
+    );
 
     // Errors: class → status, with kind, message and hint.
     let unknown = server.request(
