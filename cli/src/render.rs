@@ -7,6 +7,8 @@ use sandlog_runtime::projections::SessionSummary;
 
 use crate::output::Output;
 
+pub use sandlog_runtime::projections::describe::{describe_drift, short_hash};
+
 /// Hex digits of a session id shown in human tables: the first group of
 /// the UUID, unique in any root a person reads by eye, and accepted back
 /// as a prefix wherever an id is taken.
@@ -292,8 +294,6 @@ pub fn describe_exact(envelope: &Envelope) -> String {
     };
     sandlog_runtime::projections::describe::describe(&event)
 }
-
-pub use sandlog_runtime::projections::describe::{describe_drift, short_hash};
 
 /// Why a file's bytes are not available, for a person, from the reason
 /// code of a restore's or fork's missing file.
