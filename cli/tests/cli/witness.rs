@@ -22,8 +22,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -60,7 +59,7 @@ fn grow(root: &Path) {
 fn keygen(dir: &Path, name: &str, witness: bool) -> (PathBuf, String) {
     std::fs::create_dir_all(dir).unwrap();
     let file = dir.join(format!("{}.key", name.replace('/', "_")));
-    let mut command = sandlog(&dir.join("no-root"));
+    let mut command = sandlog(dir.join("no-root"));
     command
         .args(["--json", "keygen", "--name", name, "-o"])
         .arg(&file);
