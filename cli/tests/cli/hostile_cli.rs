@@ -851,7 +851,10 @@ fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", out.path())
-            .env("SANDLOG_RUNTIMES_DIR", sandlog_tests::engine::runtimes_dir())
+            .env(
+                "SANDLOG_RUNTIMES_DIR",
+                sandlog_tests::engine::runtimes_dir(),
+            )
             .env("SANDLOG_CACHE_DIR", out.path().join("cache"))
             .env("NO_COLOR", "1")
             .arg("--root")
