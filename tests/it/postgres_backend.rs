@@ -453,9 +453,11 @@ fn a_write_commits_its_blobs_and_events_together_or_not_at_all() {
 
 /// Goal: a PostgreSQL log from before the map of stream heads (schema 2)
 /// gains it when a newer sandlog connects, built from the log in the
-/// migration's transaction: the same root the appends made at the head.
-/// Method: append to a few streams, drop the map's tables and set the
-/// schema back to 2, reconnect, compare.
+/// migration's transaction: the same root the appends made at the head,
+/// and at the size of a checkpoint stored below it (so an older
+/// checkpoint's map proofs can still be given). Method: append to a few
+/// streams, store a checkpoint row at a middle size, drop the map's
+/// tables and set the schema back to 2, reconnect, compare both roots.
 #[test]
 fn a_log_from_before_the_map_gets_it_on_connect() {
     let db = database();
@@ -475,13 +477,25 @@ fn a_log_from_before_the_map_gets_it_on_connect() {
     let head = store.head().unwrap().position.0;
     let before = store.map_root(head).unwrap();
     assert_ne!(before, sandlog_core::map::EMPTY);
+    // After the second append (1 + 2 events): a size an append committed at.
+    let middle = 3u64;
+    let middle_before = store.map_root(middle).unwrap();
+    assert_ne!(middle_before, before);
+    let middle_root = store.merkle_root(middle).unwrap();
     drop(store);
-    db.client()
-        .unwrap()
+    let mut client = db.client().unwrap();
+    client
+        .execute(
+            "INSERT INTO checkpoints (size, root, note, recorded_at) VALUES ($1, $2, 'note', 0)",
+            &[&(middle as i64), &middle_root.0.as_slice()],
+        )
+        .unwrap();
+    client
         .batch_execute(
             "DROP TABLE map_nodes; DROP TABLE map_roots; UPDATE sandlog_schema SET version = 2",
         )
         .unwrap();
     let store = PgEventStore::connect(&db.url).unwrap();
     assert_eq!(store.map_root(head).unwrap(), before);
+    assert_eq!(store.map_root(middle).unwrap(), middle_before);
 }

@@ -91,42 +91,106 @@ pub(crate) fn commit(session: &mut Session<'_>, envelopes: &[Envelope]) -> Resul
     Ok(())
 }
 
-/// Drops the stored map and builds it from the log at its head (a
-/// migration's transaction).
+/// Rows fetched at a time when a rebuild walks the whole log.
+const REBUILD_FETCH_ROWS: i32 = 4096;
+
+/// Drops the stored map and builds it from the log (a migration's
+/// transaction): at the head, and at the size of every stored checkpoint
+/// below it, so proofs against the map root an older checkpoint commits
+/// to can still be given. With no such checkpoint, one query for each
+/// stream's last event; else one walk of the log through a cursor, in
+/// bounded memory.
 pub(crate) fn rebuild(session: &mut Session<'_>) -> Result<MerkleHash> {
     session.execute("DELETE FROM map_nodes", &[])?;
     session.execute("DELETE FROM map_roots", &[])?;
+    let head: i64 = session
+        .query("SELECT coalesce(max(position), 0)::int8 FROM events", &[])?
+        .first()
+        .map(|row| row.try_get(0))
+        .transpose()
+        .pg()?
+        .unwrap_or(0);
+    let head = stored_u64(head, "events.position")?;
+    if head == 0 {
+        return Ok(map::EMPTY);
+    }
+    let mut sizes = Vec::new();
+    for row in session.query(
+        "SELECT DISTINCT size FROM checkpoints WHERE size > 0 AND size < $1 ORDER BY size",
+        &[&to_i64(head, "tree size")?],
+    )? {
+        let size: i64 = row.try_get(0).pg()?;
+        sizes.push(stored_u64(size, "checkpoints.size")?);
+    }
+    if sizes.is_empty() {
+        return rebuild_at_head(session, head);
+    }
+    sizes.push(head);
+    let statement = session
+        .transaction
+        .prepare("SELECT stream, version, position, hash FROM events ORDER BY position")
+        .pg()?;
+    let portal = session.transaction.bind(&statement, &[]).pg()?;
+    let mut heads = map::HeadFold::default();
+    let mut root = map::EMPTY;
+    let mut next = sizes.iter().copied().peekable();
+    loop {
+        let rows = session
+            .transaction
+            .query_portal(&portal, REBUILD_FETCH_ROWS)
+            .pg()?;
+        for row in &rows {
+            let (stream, version, position, hash) = head_row(row)?;
+            heads.push(stream, version, position, hash);
+            if next.peek() == Some(&position) {
+                next.next();
+                root = write_version(session, position, &heads.take())?;
+            }
+        }
+        if rows.len() < usize::try_from(REBUILD_FETCH_ROWS).unwrap_or(usize::MAX) {
+            return Ok(root);
+        }
+    }
+}
+
+/// One `events` row's stream, version, position and hash.
+fn head_row(row: &postgres::Row) -> Result<(&str, u64, u64, sandlog_core::Hash)> {
+    let stream: &str = row.try_get(0).pg()?;
+    let version: i64 = row.try_get(1).pg()?;
+    let position: i64 = row.try_get(2).pg()?;
+    let hash: &[u8] = row.try_get(3).pg()?;
+    let position = stored_u64(position, "events.position")?;
+    let hash = sandlog_core::Hash::from_slice(hash).ok_or_else(|| EventStoreError::Corrupt {
+        position: sandlog_core::Position(position),
+        reason: "hash is not 32 bytes".into(),
+    })?;
+    Ok((
+        stream,
+        stored_u64(version, "events.version")?,
+        position,
+        hash,
+    ))
+}
+
+/// The map at the head alone, from each stream's last event.
+fn rebuild_at_head(session: &mut Session<'_>, head: u64) -> Result<MerkleHash> {
     let rows = session.query(
         "SELECT DISTINCT ON (stream) stream, version, position, hash FROM events \
          ORDER BY stream, version DESC",
         &[],
     )?;
     let mut changes = Vec::with_capacity(rows.len());
-    let mut head = 0u64;
     for row in &rows {
-        let stream: &str = row.try_get(0).pg()?;
-        let version: i64 = row.try_get(1).pg()?;
-        let position: i64 = row.try_get(2).pg()?;
-        let hash: &[u8] = row.try_get(3).pg()?;
-        let position = stored_u64(position, "events.position")?;
-        head = head.max(position);
-        let hash =
-            sandlog_core::Hash::from_slice(hash).ok_or_else(|| EventStoreError::Corrupt {
-                position: sandlog_core::Position(position),
-                reason: "hash is not 32 bytes".into(),
-            })?;
+        let (stream, version, position, hash) = head_row(row)?;
         changes.push((
             map::key_of(stream),
             map::StreamHead {
-                version: stored_u64(version, "events.version")?,
+                version,
                 position,
                 hash,
             }
             .value(),
         ));
-    }
-    if head == 0 {
-        return Ok(map::EMPTY);
     }
     write_version(session, head, &changes)
 }
