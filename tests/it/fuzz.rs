@@ -14,6 +14,8 @@
 //! Cases per harness: `PROPTEST_CASES` (256 by default, the bounded run
 //! `make test` does); `make fuzz` runs many more.
 
+#![cfg(test)]
+
 use std::path::PathBuf;
 
 use proptest::prelude::*;
