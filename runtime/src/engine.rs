@@ -152,6 +152,8 @@ pub struct Engine {
     pub(crate) metrics: crate::metrics::Metrics,
     /// What [`Engine::health`] holds the root to.
     pub(crate) health_options: Mutex<crate::health::HealthOptions>,
+    /// The background pass freeing pruned workspaces (see [`crate::trash`]).
+    pub(crate) reclaimer: crate::trash::Reclaimer,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -443,6 +445,7 @@ impl Engine {
             settings_cache: Mutex::new(None),
             metrics: crate::metrics::Metrics::new(),
             health_options: Mutex::new(crate::health::HealthOptions::default()),
+            reclaimer: crate::trash::Reclaimer::default(),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left
@@ -456,6 +459,7 @@ impl Engine {
                     tracing::error!(%error, "finishing pending intents failed; `reconcile` retries them");
                 }
             }
+            engine.reclaim_leftovers();
         }
         Ok(engine)
     }

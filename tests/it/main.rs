@@ -46,6 +46,9 @@ mod native;
 /// The PostgreSQL backend: many writer processes, SIGKILL, locks,
 /// migrations, triggers, connection errors.
 mod postgres_backend;
+/// Prune's moves into trash/, the background reclaim, SIGKILL at each
+/// step.
+mod trash;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;
