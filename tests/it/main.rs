@@ -46,9 +46,6 @@ mod native;
 /// The PostgreSQL backend: many writer processes, SIGKILL, locks,
 /// migrations, triggers, connection errors.
 mod postgres_backend;
-/// Prune's moves into trash/, the background reclaim, SIGKILL at each
-/// step.
-mod trash;
 /// Projections: fold, inline read model and rebuild agree; metadata and
 /// prune rules; queries; catch-up; as-of replay.
 mod projections;
@@ -63,3 +60,6 @@ mod shared_log;
 /// Catch-up subscriptions and consumer checkpoints; a follower process
 /// killed and resumed while another appends.
 mod subscribe;
+/// Prune's moves into trash/, the background reclaim, SIGKILL at each
+/// step.
+mod trash;
