@@ -349,12 +349,9 @@ impl<'a> RemovalPool<'a> {
         // In place only when there is no usable trash: by directory
         // handle, so any tree a guest can build (deeper than PATH_MAX,
         // say) is measured and removed with O(1) descriptors.
-        let moved = crate::trash::move_to_trash(
-            workspaces,
-            self.trash.as_ref(),
-            &session_id.to_string(),
-        )
-        .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        let moved =
+            crate::trash::move_to_trash(workspaces, self.trash.as_ref(), &session_id.to_string())
+                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         Ok(moved.unwrap_or(planned_bytes))
     }
 }

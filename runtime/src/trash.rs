@@ -135,12 +135,15 @@ fn reclaim_pass(layout: &Layout, fault: Option<&SharedFaultInjector>) -> Result<
     // Read lazily while removing: memory stays constant however many
     // workspaces wait. An entry removed before the listing reaches it is
     // simply not there (`remove_tree` counts a missing one as 0 bytes).
-    let entries = trash
-        .entries()
-        .map_err(RuntimeError::io(format!("reading {}", layout.trash.display())))?;
+    let entries = trash.entries().map_err(RuntimeError::io(format!(
+        "reading {}",
+        layout.trash.display()
+    )))?;
     for entry in entries {
-        let entry =
-            entry.map_err(RuntimeError::io(format!("reading {}", layout.trash.display())))?;
+        let entry = entry.map_err(RuntimeError::io(format!(
+            "reading {}",
+            layout.trash.display()
+        )))?;
         let name = entry.file_name();
         let Some(text) = name.to_str() else {
             continue;
@@ -167,8 +170,10 @@ fn reclaim_pass(layout: &Layout, fault: Option<&SharedFaultInjector>) -> Result<
         }
     }
     if !reclaimed.is_empty() {
-        lock.sync_all()
-            .map_err(RuntimeError::io(format!("syncing {}", layout.trash.display())))?;
+        lock.sync_all().map_err(RuntimeError::io(format!(
+            "syncing {}",
+            layout.trash.display()
+        )))?;
     }
     Ok(reclaimed)
 }

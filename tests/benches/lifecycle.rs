@@ -611,7 +611,9 @@ fn main() -> BenchResult<()> {
             .split(',')
             .map(|size| size.trim().parse())
             .collect::<Result<_, _>>()
-            .map_err(|error| format!("SANDLOG_BENCH_PRUNE={sizes}: {error} (sizes, comma-separated)"))?,
+            .map_err(|error| {
+                format!("SANDLOG_BENCH_PRUNE={sizes}: {error} (sizes, comma-separated)")
+            })?,
         Err(_) => vec![2_000, 10_000],
     };
     let adopt_sessions = env_size("SANDLOG_BENCH_ADOPT", 2_000);

@@ -65,7 +65,10 @@ fn sigkill_loses_no_acknowledged_append_of_concurrent_writers() -> TestResult {
         let report = store.verify()?;
         for (position, event_id) in &acks {
             let envelope = store.get(Position(*position))?.ok_or_else(|| {
-                format!("acknowledged position {position} is missing (head {})", report.head)
+                format!(
+                    "acknowledged position {position} is missing (head {})",
+                    report.head
+                )
             })?;
             assert_eq!(
                 envelope.event_id.0.to_string(),

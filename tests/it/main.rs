@@ -15,12 +15,12 @@ mod eventstore;
 /// Evidence: restore at every position, SIGKILL while keeping evidence,
 /// erasure, holds, forks.
 mod evidence;
-/// Sessions created with a task's group, size limit, read-only data and
-/// context files.
-mod groups;
 /// Group commit: concurrent appends share an fsync; SIGKILL loses
 /// nothing acknowledged.
 mod group_commit;
+/// Sessions created with a task's group, size limit, read-only data and
+/// context files.
+mod groups;
 /// Adopting hostile seed workspaces: links out, special files, deep trees.
 mod hostile_adopt;
 /// Leases: prune and delete beside a running execution in another

@@ -29,13 +29,20 @@ const BATCH: usize = 8;
 const FILE_BYTES: usize = 1000;
 
 /// Makes a root with [`SESSIONS`] sessions of one file each.
-fn root_with_sessions(root: &Path) -> Result<Vec<SessionId>, Box<dyn std::error::Error + Send + Sync>> {
+fn root_with_sessions(
+    root: &Path,
+) -> Result<Vec<SessionId>, Box<dyn std::error::Error + Send + Sync>> {
     Engine::init(root)?;
     let engine = Engine::open(root, EngineOptions::default())?;
     let mut ids = Vec::new();
     for _ in 0..SESSIONS {
         let id = engine.create_session(Default::default())?.session_id;
-        engine.write_file(id, &WorkspacePath::parse("data.bin")?, &[7u8; FILE_BYTES], false)?;
+        engine.write_file(
+            id,
+            &WorkspacePath::parse("data.bin")?,
+            &[7u8; FILE_BYTES],
+            false,
+        )?;
         ids.push(id);
     }
     Ok(ids)
@@ -141,7 +148,12 @@ fn prune_moves_to_trash_and_reclaims_in_the_background() -> TestResult {
     let ids = root_with_sessions(&root)?;
     let engine = Engine::open(&root, EngineOptions::default())?;
     let report = engine.prune(&PrunePolicy::older_than(Duration::ZERO), false, &|_, _| {})?;
-    assert_eq!(report.deleted_sessions.len(), SESSIONS, "{:?}", report.errors);
+    assert_eq!(
+        report.deleted_sessions.len(),
+        SESSIONS,
+        "{:?}",
+        report.errors
+    );
     assert_eq!(report.reclaimed_bytes, (SESSIONS * FILE_BYTES) as u64);
     let left = entries(&root.join("workspaces"));
     for id in &ids {
@@ -171,7 +183,9 @@ fn reclaim_leaves_foreign_names_alone() -> TestResult {
     let trash = root.join("trash");
     std::fs::create_dir_all(trash.join(SessionId::new_v4().to_string()).join("deep"))?;
     std::fs::write(
-        trash.join(SessionId::new_v4().to_string()).with_extension(""),
+        trash
+            .join(SessionId::new_v4().to_string())
+            .with_extension(""),
         b"x",
     )?;
     std::fs::create_dir(trash.join("not-a-session"))?;
@@ -211,11 +225,17 @@ fn sigkill_among_the_moves_leaves_what_reconcile_finishes() -> TestResult {
             );
         }
         let pruned = check_finished(&root, &ids)?;
-        assert!(pruned >= at.min(SESSIONS - 1), "killed at move {at}: {pruned} pruned");
+        assert!(
+            pruned >= at.min(SESSIONS - 1),
+            "killed at move {at}: {pruned} pruned"
+        );
         let engine = Engine::open(&root, EngineOptions::default())?;
         let recorded = reclaims(&engine)?;
         if at > 1 {
-            assert!(!recorded.is_empty(), "killed at move {at}: no reclaim recorded");
+            assert!(
+                !recorded.is_empty(),
+                "killed at move {at}: no reclaim recorded"
+            );
         }
         println!("killed at move {at}: {pending} pending, {pruned} pruned, reclaims {recorded:?}");
     }

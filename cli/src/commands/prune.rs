@@ -209,7 +209,11 @@ fn reconcile_summary(
         lines.push(format!(
             "{} pruned workspace{} freed from trash/ ({})",
             report.reclaimed.workspaces,
-            if report.reclaimed.workspaces == 1 { "" } else { "s" },
+            if report.reclaimed.workspaces == 1 {
+                ""
+            } else {
+                "s"
+            },
             sandlog_runtime::core::human::format_size(report.reclaimed.bytes)
         ));
     }
