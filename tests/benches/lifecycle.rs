@@ -748,7 +748,6 @@ fn main() -> BenchResult<()> {
         scan.as_secs_f64() / dry_run.as_secs_f64().max(1e-9)
     );
     let rate = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64().max(1e-9);
-    let rate = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64().max(1e-9);
     println!(
         "| floor: remove flushed sessions (a 100-byte file and its directory) one after another | {:.0} µs per session, {:.0} sessions/s | — |",
         floor.as_secs_f64() * 1e6,

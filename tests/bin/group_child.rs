@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
                         out.1 += 1;
                         let acked = out.1;
                         writeln!(out.0, "ack {} {}", envelope.position.0, envelope.event_id.0)?;
-                        if acked % 64 == 0 {
+                        if acked.is_multiple_of(64) {
                             let (syncs, commits) = store.group_commit_counts();
                             writeln!(out.0, "counts {syncs} {commits}")?;
                         }
