@@ -40,7 +40,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test test-deps runtimes lint bench python-build python-test python-bench mcp-test compat-test
+.PHONY: demo test test-deps runtimes lint bench python-build python-test python-bench mcp-test compat-test fuzz
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -64,6 +64,13 @@ test-deps:
 
 test: test-deps runtimes python-test mcp-test compat-test
 	$(PYO3_ENV) cargo test --workspace --no-fail-fast
+
+# The fuzz harnesses (tests/it/fuzz.rs, server/tests/fuzz.rs) for longer
+# than the bounded run `make test` gives them: FUZZ_CASES cases each.
+FUZZ_CASES ?= 50000
+fuzz: runtimes
+	PROPTEST_CASES=$(FUZZ_CASES) $(PYO3_ENV) cargo test -p sandlog-tests --test it fuzz::
+	PROPTEST_CASES=$(shell expr $(FUZZ_CASES) / 20) $(PYO3_ENV) cargo test -p sandlog-server --test fuzz
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)

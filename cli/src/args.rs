@@ -1030,7 +1030,7 @@ fn parse_correlation_id(text: &str) -> Result<uuid::Uuid, String> {
 }
 
 fn parse_consumer_name(text: &str) -> Result<String, String> {
-    sandlog_runtime::eventstore::check_consumer_name(text)
+    sandlog_runtime::sqlite::check_consumer_name(text)
         .map(|()| text.to_owned())
         .map_err(|error| error.to_string())
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sandlog_runtime::core::human::format_size;
-use sandlog_runtime::eventstore::{Upgrade, UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::sandbox::{CompileEvent, CompileObserver};
+use sandlog_runtime::sqlite::{Upgrade, UpgradeEvent, UpgradeObserver};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;

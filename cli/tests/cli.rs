@@ -572,7 +572,7 @@ fn prune_raises_the_descriptor_limit_for_its_batches() -> TestResult {
         let engine = sandlog_runtime::Engine::open(
             &root,
             sandlog_runtime::EngineOptions {
-                durability: sandlog_runtime::eventstore::Durability::Normal,
+                durability: sandlog_runtime::sqlite::Durability::Normal,
                 ..sandlog_runtime::EngineOptions::default()
             },
         )?;

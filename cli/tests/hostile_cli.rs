@@ -801,3 +801,180 @@ fn deep_reconcile_does_not_read_a_huge_sparse_file() -> TestResult {
     std::fs::remove_file(&sparse)?;
     Ok(())
 }
+
+/// Goal: a guest that opens a FIFO in its workspace (waiting in the host
+/// for a writer or a reader that never comes, where no epoch check
+/// reaches it) is still ended by `--timeout`, and the run is recorded with
+/// outcome `timeout`; the session runs on. Method: a real FIFO placed in
+/// the workspace from outside, a guest opening it for reading and one for
+/// writing under a 1 s timeout; each `exec` runs under a 60 s deadline
+/// that would catch a hang (before the fix the first never returned).
+#[test]
+fn a_guest_opening_a_fifo_is_ended_by_its_timeout_and_recorded() -> TestResult {
+    let (_dir, root) = init();
+    let id = create(&root);
+    let fifo = root.join("workspaces").join(&id).join("pipe");
+    mkfifo(&fifo);
+    let guests = [
+        "print(open('/app/pipe').read())",
+        "open('/app/pipe', 'w').write('x' * 100000)",
+    ];
+    for code in guests {
+        let output = sandlog(&root)
+            .args(["--json", "exec", &id, "--timeout", "1s", "--code", code])
+            .timeout(std::time::Duration::from_secs(60))
+            .output()?;
+        assert_eq!(output.status.code(), Some(5), "{code}: {}", stderr(&output));
+        let record: Value = serde_json::from_slice(&output.stdout)?;
+        assert_eq!(record["outcome"], "timeout", "{code}: {record}");
+    }
+    let log = sandlog(&root)
+        .args([
+            "--json",
+            "log",
+            "--session",
+            &id,
+            "--kind",
+            "session.executed",
+        ])
+        .output()?;
+    let executed = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|line| line.contains("\"timeout\""))
+        .count();
+    assert_eq!(executed, 2, "{}", String::from_utf8_lossy(&log.stdout));
+    std::fs::remove_file(&fifo)?;
+    assert_usable(&root);
+    Ok(())
+}
+
+/// Goal: a root this process cannot write (read-only media, another
+/// user's root) can still be inspected: `verify`, `log`, `files cat`,
+/// `report` and `evidence export` work, reading it read-only; a command
+/// that must write (`exec`, `session create`) is refused with exit 1 and
+/// a message saying the root is read-only, before anything runs; nothing
+/// in the root changes. Method: a real root made by this user, then the
+/// commands run by a real unprivileged process that may not write it
+/// (`nobody` when the tests run as root, else the root made read-only).
+#[test]
+fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let (dir, root) = init();
+    let id = create(&root);
+    sandlog(&root)
+        .args(["exec", &id, "--code", "open('a.txt', 'w').write('kept')"])
+        .assert()
+        .success();
+    let key = dir.path().join("log.key");
+    sandlog(&root)
+        .args(["keygen", "--name", "sandlog.test/log", "-o"])
+        .arg(&key)
+        .assert()
+        .success();
+    sandlog(&root)
+        .args(["checkpoint", "--key"])
+        .arg(&key)
+        .assert()
+        .success();
+    let id_output = std::process::Command::new("id").arg("-u").output()?;
+    let as_root = String::from_utf8_lossy(&id_output.stdout).trim() == "0";
+    // Where the unprivileged process may write its outputs.
+    let out = tempfile::tempdir()?;
+    std::fs::set_permissions(out.path(), std::fs::Permissions::from_mode(0o777))?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    if !as_root {
+        let status = std::process::Command::new("chmod")
+            .args(["-R", "a-w"])
+            .arg(&root)
+            .status()?;
+        assert!(status.success());
+    }
+    let before = tree_listing(&root);
+    let reader = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"));
+        command
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", out.path())
+            .env("SANDLOG_RUNTIMES_DIR", runtimes())
+            .env("SANDLOG_CACHE_DIR", out.path().join("cache"))
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root)
+            .args(args);
+        if as_root {
+            command.uid(65534).gid(65534);
+        }
+        command.output()
+    };
+    let report = out.path().join("report.html");
+    let bundle = out.path().join("session.bundle");
+    let report_text = report.to_string_lossy().into_owned();
+    let bundle_text = bundle.to_string_lossy().into_owned();
+    let inspections: [&[&str]; 6] = [
+        &["verify"],
+        &["log", "--session", &id],
+        &["files", "cat", &id, "a.txt"],
+        &["report", &id, "-o", &report_text],
+        &["evidence", "export", &id, "-o", &bundle_text],
+        &["session", "list"],
+    ];
+    for args in inspections {
+        let output = reader(args)?;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        if args[0] == "files" {
+            assert_eq!(output.stdout, b"kept");
+        }
+    }
+    assert!(std::fs::metadata(&report)?.len() > 0);
+    assert!(std::fs::metadata(&bundle)?.len() > 0);
+    let writes: [&[&str]; 2] = [
+        &["exec", &id, "--code", "open('b.txt', 'w').write('x')"],
+        &["session", "create"],
+    ];
+    for args in writes {
+        let output = reader(args)?;
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let message = stderr(&output);
+        assert!(message.contains("is open read-only"), "{args:?}: {message}");
+    }
+    assert_eq!(tree_listing(&root), before, "the root changed");
+    if !as_root {
+        let status = std::process::Command::new("chmod")
+            .args(["-R", "u+w"])
+            .arg(&root)
+            .status()?;
+        assert!(status.success());
+    }
+    sandlog(&root).arg("verify").assert().success();
+    Ok(())
+}
+
+/// Every path under `dir` with its size and modification time.
+fn tree_listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let entry = entry.unwrap();
+            let metadata = entry.metadata().unwrap();
+            if metadata.is_dir() {
+                pending.push(entry.path());
+            }
+            found.push((entry.path(), metadata.len(), metadata.modified().unwrap()));
+        }
+    }
+    found.sort();
+    found
+}

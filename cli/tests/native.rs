@@ -377,3 +377,145 @@ fn ctrl_c_stops_the_command_and_its_end_is_recorded() {
     assert_eq!(last["payload"]["signal"], 2, "{last}");
     assert_eq!(last["payload"]["exit_code"], Value::Null, "{last}");
 }
+
+/// `sandlog` as an unprivileged user: as itself when the tests do not run
+/// as root, else as `nobody` (65534), for whom mode 000 means unreadable
+/// (root reads everything). The directory is handed to that user.
+fn unprivileged(dir: &Path, root: &Path) -> impl Fn() -> Command {
+    use std::os::unix::process::CommandExt;
+    let id = std::process::Command::new("id").arg("-u").output().unwrap();
+    let as_root = String::from_utf8_lossy(&id.stdout).trim() == "0";
+    if as_root {
+        let status = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "chown: {status}");
+    }
+    let (dir, root) = (dir.to_path_buf(), root.to_path_buf());
+    move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"));
+        command
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &dir)
+            .env("SANDLOG_CACHE_DIR", dir.join("cache"))
+            .env("NO_COLOR", "1")
+            .arg("--root")
+            .arg(&root);
+        if as_root {
+            command.uid(65534).gid(65534);
+        }
+        Command::from_std(command)
+    }
+}
+
+/// Goal: files a native command or an outside process left that the scan
+/// may not read (mode 000) never make the record fail: every readable
+/// change is recorded, each unreadable file as written with
+/// `content_kept: false`, reason `unreadable` (an unreadable directory's
+/// contents neither written nor deleted), with a warning naming them;
+/// exit status as for any run. Method: a real unprivileged process (the
+/// tests drop to `nobody` when they run as root) runs a script that
+/// writes a readable file, an unreadable one and an unreadable directory;
+/// then an outside process leaves another unreadable file and `session
+/// sync` records it the same way.
+#[test]
+fn run_and_sync_record_unreadable_files_without_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let sandlog = unprivileged(dir.path(), &root);
+    json_success(sandlog().args(["--json", "init"]));
+    let id = json_success(sandlog().args(["--json", "session", "create"]))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let output = sandlog()
+        .args(["--json", "run", &id, "--", "sh", "-c"])
+        .arg(
+            "echo readable > ok.txt; echo secret > secret.txt; chmod 000 secret.txt; \
+             mkdir hid; echo x > hid/x; chmod 000 hid",
+        )
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let run = json(&output.stdout);
+    assert_eq!(run["exit_code"], 0, "{run}");
+    assert_eq!(
+        run["files_written"],
+        serde_json::json!(["ok.txt", "secret.txt"]),
+        "{run}"
+    );
+    assert_eq!(
+        run["unreadable"],
+        serde_json::json!(["hid", "secret.txt"]),
+        "{run}"
+    );
+    let warning = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        warning.contains("could not be read") && warning.contains("secret.txt"),
+        "{warning}"
+    );
+    let written = |events: &[Value], path: &str| -> Value {
+        events
+            .iter()
+            .rev()
+            .find(|event| event["kind"] == "file.written" && event["payload"]["path"] == path)
+            .map(|event| event["payload"].clone())
+            .unwrap_or_else(|| panic!("no file.written for {path}"))
+    };
+    let events: Vec<Value> = String::from_utf8(
+        sandlog()
+            .args(["--json", "log", "--session", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap()
+    .lines()
+    .map(|line| json(line.as_bytes()))
+    .collect();
+    assert_eq!(written(&events, "ok.txt")["content_kept"], true);
+    let secret = written(&events, "secret.txt");
+    assert_eq!(secret["content_kept"], false, "{secret}");
+    assert_eq!(secret["not_kept"], "unreadable", "{secret}");
+    assert_eq!(secret["size"], 7, "{secret}");
+
+    // An outside process leaves another file the scan may not read.
+    let other = workspace(&root, &id).join("other.txt");
+    std::fs::write(&other, b"from outside").unwrap();
+    let chmod = std::process::Command::new("chmod")
+        .arg("000")
+        .arg(&other)
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    let sync = sandlog()
+        .args(["--json", "session", "sync", &id])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let report = json(&sync.stdout);
+    assert_eq!(report["recorded"], true, "{report}");
+    assert_eq!(report["files_written"], serde_json::json!(["other.txt"]));
+    assert_eq!(report["files_deleted"], serde_json::json!([]), "{report}");
+    assert_eq!(
+        report["unreadable"],
+        serde_json::json!(["hid", "other.txt", "secret.txt"]),
+        "{report}"
+    );
+    // Nothing new can be said about them: the next sync records nothing.
+    let again = json_success(sandlog().args(["--json", "session", "sync", &id]));
+    assert_eq!(again["recorded"], false, "{again}");
+    sandlog().arg("verify").assert().success();
+    // Let the temporary directory be removed when the tests are not root.
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "u+rwX"])
+        .arg(workspace(&root, &id))
+        .status();
+}

@@ -402,7 +402,8 @@ pub struct FileWritten {
     pub path: WorkspacePath,
     /// Size, bytes.
     pub size: u64,
-    /// blake3 of the contents (a blob when written by the host).
+    /// blake3 of the contents (a blob when written by the host); all zeros
+    /// when the scan could not read the file (`not_kept: unreadable`).
     pub blake3: Hash,
     /// Who wrote it.
     pub by: WrittenBy,
@@ -449,7 +450,8 @@ pub enum NotKept {
     /// The file changed between the scan and the copy (something outside
     /// the guest wrote it), so the bytes no longer match the hash recorded.
     Changed,
-    /// The file could not be read back (removed or replaced meanwhile).
+    /// The file could not be read: not permitted (mode 000, another
+    /// user's), or removed or replaced before its bytes were copied.
     Unreadable,
     /// An adoption's inventory: the bytes are in the adopted workspace,
     /// not copied into the log.

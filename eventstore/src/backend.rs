@@ -1,7 +1,7 @@
 //! The [`Backend`] trait: what any log storage must provide.
 //!
-//! SQLite ([`crate::EventStore`]) is the embedded default. PostgreSQL
-//! (`PgEventStore`, feature `postgres`) carries many writers on many hosts
+//! SQLite (`sandlog_sqlite::EventStore`) is the embedded default. PostgreSQL
+//! (`sandlog_postgres::PgEventStore`) carries many writers on many hosts
 //! with the same contract: the same positions, hashes, Merkle roots and
 //! proofs for the same input. Code that only needs the log (not the SQLite
 //! read models) should take `&dyn Backend`.
@@ -26,14 +26,14 @@ use crate::types::{ExpectedVersion, Head};
 pub trait Backend: Send + Sync {
     /// The store's name in messages (a file path, a database name).
     fn name(&self) -> String;
-    /// See [`crate::EventStore::append`].
+    /// See `sandlog_sqlite::EventStore::append`.
     fn append(
         &self,
         stream: StreamId,
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Envelope>>;
-    /// See [`crate::EventStore::append_batch`]: several streams, one atomic
+    /// See `sandlog_sqlite::EventStore::append_batch`: several streams, one atomic
     /// append, each stream checked against its own expected version.
     fn append_batch(
         &self,
@@ -56,22 +56,22 @@ pub trait Backend: Send + Sync {
     fn blob_state(&self, hash: &Hash) -> Result<BlobState>;
     /// Stream a blob's checked bytes to `out`.
     fn read_blob(&self, hash: &Hash, out: &mut dyn std::io::Write) -> Result<BlobState>;
-    /// See [`crate::EventStore::merkle_root`]: the RFC 6962 root of the first
+    /// See `sandlog_sqlite::EventStore::merkle_root`: the RFC 6962 root of the first
     /// `size` events.
     fn merkle_root(&self, size: u64) -> Result<MerkleHash>;
-    /// See [`crate::EventStore::map_root`]: the root of the map of stream
+    /// See `sandlog_sqlite::EventStore::map_root`: the root of the map of stream
     /// heads at a size an append committed at.
     fn map_root(&self, size: u64) -> Result<MerkleHash>;
-    /// See [`crate::EventStore::inclusion_proof`].
+    /// See `sandlog_sqlite::EventStore::inclusion_proof`.
     fn inclusion_proof(&self, position: Position, size: u64) -> Result<Vec<MerkleHash>>;
-    /// See [`crate::EventStore::consistency_proof`].
+    /// See `sandlog_sqlite::EventStore::consistency_proof`.
     fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<MerkleHash>>;
     /// How many blobs are kept and erased, and their bytes.
     fn blob_totals(&self) -> Result<BlobTotals>;
     /// Every blob's address, with whether its bytes are kept, in address
     /// order (for `gc` and audits).
     fn blob_hashes(&self) -> Result<Vec<(Hash, bool)>>;
-    /// Runs `f` in one write transaction (see [`EventStore::write`]) and
+    /// Runs `f` in one write transaction (see `sandlog_sqlite::EventStore::write`) and
     /// commits if it returns `Ok(true)`; `Ok(false)` or an error rolls
     /// everything back. Returns whether it committed. `f` is called once.
     fn write_unit(&self, f: &mut dyn FnMut(&mut dyn UnitOfWork) -> Result<bool>) -> Result<bool>;
@@ -79,8 +79,10 @@ pub trait Backend: Send + Sync {
 
 /// Why a [`Backend::write_unit`] did not commit: the store failed, or the
 /// caller said no.
-pub(crate) enum Unwritten {
+pub enum Unwritten {
+    /// The store failed.
     Store(EventStoreError),
+    /// The caller's closure said not to commit.
     Declined,
 }
 
@@ -92,7 +94,7 @@ impl From<EventStoreError> for Unwritten {
 
 impl Unwritten {
     /// A write's outcome as [`Backend::write_unit`] returns it.
-    pub(crate) fn outcome(outcome: std::result::Result<(), Unwritten>) -> Result<bool> {
+    pub fn outcome(outcome: std::result::Result<(), Unwritten>) -> Result<bool> {
         match outcome {
             Ok(()) => Ok(true),
             Err(Unwritten::Declined) => Ok(false),
@@ -101,7 +103,7 @@ impl Unwritten {
     }
 
     /// `f`'s answer as a write closure's result.
-    pub(crate) fn decide(commit: Result<bool>) -> std::result::Result<(), Unwritten> {
+    pub fn decide(commit: Result<bool>) -> std::result::Result<(), Unwritten> {
         match commit {
             Ok(true) => Ok(()),
             Ok(false) => Err(Unwritten::Declined),
@@ -110,13 +112,13 @@ impl Unwritten {
     }
 }
 
-/// One open write transaction of either backend ([`crate::Write`] on
+/// One open write transaction of either backend (`sandlog_sqlite::Write` on
 /// SQLite, `PgWrite` on PostgreSQL): appends and the blobs their events
 /// name, committed together or not at all. Code that writes the log
 /// without caring where it lives takes `&mut dyn UnitOfWork`.
 pub trait UnitOfWork {
     /// Appends `events` to `stream` if it is at `expected` (see
-    /// [`EventStore::append`]), inside this transaction.
+    /// `sandlog_sqlite::EventStore::append`), inside this transaction.
     fn append(
         &mut self,
         stream: StreamId,

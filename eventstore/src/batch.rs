@@ -14,7 +14,7 @@ use crate::error::{EventStoreError, Result};
 use crate::types::{ExpectedVersion, Head};
 
 /// Checks one stream's events against the limits before any storage work.
-pub(crate) fn validate_batch(events: &[NewEvent]) -> Result<()> {
+pub fn validate_batch(events: &[NewEvent]) -> Result<()> {
     let invalid = |reason: String| Err(EventStoreError::InvalidBatch(reason));
     if events.len() > BATCH_EVENTS_MAX {
         return invalid(format!(
@@ -53,9 +53,7 @@ pub(crate) fn validate_batch(events: &[NewEvent]) -> Result<()> {
 /// Checks a several-stream batch as a whole (total size, each stream
 /// once, each id once); returns the number of events. Shared by every
 /// backend.
-pub(crate) fn validate_multi(
-    batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],
-) -> Result<usize> {
+pub fn validate_multi(batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)]) -> Result<usize> {
     let total: usize = batch.iter().map(|(_, _, events)| events.len()).sum();
     if total > BATCH_EVENTS_MAX {
         return Err(EventStoreError::InvalidBatch(format!(
@@ -82,7 +80,7 @@ pub(crate) fn validate_multi(
 
 /// The expected-version rule, given the stream's actual version. Shared by
 /// every backend.
-pub(crate) fn check_version(
+pub fn check_version(
     stream: StreamId,
     expected: ExpectedVersion,
     actual: Option<StreamVersion>,
@@ -106,7 +104,7 @@ pub(crate) fn check_version(
 /// `expected_position` of `stream_text`: what makes a second append of the
 /// same ids an idempotent retry rather than [`EventStoreError::EventIdReused`].
 /// Shared by every backend.
-pub(crate) fn is_same_event(
+pub fn is_same_event(
     envelope: &Envelope,
     event: &NewEvent,
     stream_text: &str,
@@ -125,14 +123,14 @@ pub(crate) fn is_same_event(
 /// The time a batch appended after `head` is recorded at: now, or the
 /// head's time if the clock went back, so `recorded_at` never goes
 /// backwards along the log and a time cut of the log is a position cut.
-pub(crate) fn batch_recorded_at(head: &Head, now: Timestamp) -> Timestamp {
+pub fn batch_recorded_at(head: &Head, now: Timestamp) -> Timestamp {
     head.recorded_at.map_or(now, |last| now.max(last))
 }
 
 /// The envelopes of `events` appended after `head` to `stream`, whose
 /// version is `actual`: gapless positions and versions, chain hashes, all
 /// recorded at `recorded_at`. Pure: each store inserts what it returns.
-pub(crate) fn chain_batch(
+pub fn chain_batch(
     head: &Head,
     stream: StreamId,
     actual: Option<StreamVersion>,

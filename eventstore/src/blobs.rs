@@ -7,8 +7,9 @@
 //! each zstd-compressed (or kept raw when compression does not pay) and
 //! carrying the blake3 of its raw bytes, so memory stays bounded by the
 //! chunk size whatever the blob's, and a damaged chunk is caught before any
-//! of its bytes are returned. This module holds the types and the chunk
-//! codec; each backend stores the chunks in its own tables.
+//! of its bytes are returned. This module holds the types, the chunk codec
+//! and the loop that cuts a stream into chunks ([`write_chunks`]); each
+//! backend stores the chunks in its own tables.
 
 use std::io::Read;
 
@@ -26,9 +27,9 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const ZSTD_LEVEL: i32 = 3;
 
 /// A chunk's bytes as given.
-pub(crate) const CODEC_RAW: i64 = 0;
+pub const CODEC_RAW: i64 = 0;
 /// A chunk's bytes as one zstd frame.
-pub(crate) const CODEC_ZSTD: i64 = 1;
+pub const CODEC_ZSTD: i64 = 1;
 
 /// What storing a blob did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,8 +90,103 @@ pub struct BlobTotals {
     pub erased: u64,
 }
 
+/// One chunk of a blob being written, encoded, for a backend to store.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodedChunk<'a> {
+    /// Its place in the blob, from 0.
+    pub seq: i64,
+    /// [`CODEC_RAW`] or [`CODEC_ZSTD`].
+    pub codec: i64,
+    /// Its raw length, bytes (at most [`CHUNK_BYTES`]).
+    pub raw_len: usize,
+    /// The blake3 of its raw bytes.
+    pub chunk_hash: Hash,
+    /// Its bytes as stored.
+    pub data: &'a [u8],
+}
+
+/// What [`write_chunks`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrittenChunks {
+    /// The blake3 of the whole stream.
+    pub hash: Hash,
+    /// Its length, bytes.
+    pub size: u64,
+    /// Bytes of chunks as stored.
+    pub stored: u64,
+    /// How many chunks.
+    pub chunks: i64,
+}
+
+/// Cuts what `reader` yields into chunks of [`CHUNK_BYTES`], encodes each
+/// and hands it to `store`, holding one chunk in memory at a time. An
+/// empty stream is one empty chunk. Fails with
+/// [`EventStoreError::BlobTooLarge`] past `size_max` bytes and, when the
+/// stream does not hash to `expected`, with
+/// [`EventStoreError::BlobHashMismatch`]: the caller drops what `store`
+/// wrote (every backend writes a blob under a savepoint). The same loop
+/// for every backend, so the same bytes give the same chunks everywhere.
+pub fn write_chunks(
+    reader: &mut dyn Read,
+    expected: Option<Hash>,
+    size_max: u64,
+    mut store: impl FnMut(EncodedChunk<'_>) -> Result<()>,
+) -> Result<WrittenChunks> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let (mut size, mut stored, mut seq) = (0u64, 0u64, 0i64);
+    loop {
+        let read = fill(reader, &mut buffer).map_err(|source| EventStoreError::Io {
+            context: "reading the bytes of a blob".into(),
+            source,
+        })?;
+        let Some(raw) = buffer.get(..read) else {
+            break;
+        };
+        if raw.is_empty() && seq > 0 {
+            break;
+        }
+        size += read as u64;
+        if size > size_max {
+            return Err(EventStoreError::BlobTooLarge {
+                size: usize::try_from(size).unwrap_or(usize::MAX),
+                max: usize::try_from(size_max).unwrap_or(usize::MAX),
+            });
+        }
+        hasher.update(raw);
+        let (codec, data) = encode(raw)?;
+        stored += data.len() as u64;
+        store(EncodedChunk {
+            seq,
+            codec,
+            raw_len: read,
+            chunk_hash: Hash::of(raw),
+            data: &data,
+        })?;
+        seq += 1;
+        if read < CHUNK_BYTES {
+            break;
+        }
+    }
+    let hash = Hash(*hasher.finalize().as_bytes());
+    if let Some(expected) = expected
+        && expected != hash
+    {
+        return Err(EventStoreError::BlobHashMismatch {
+            expected,
+            actual: hash,
+        });
+    }
+    Ok(WrittenChunks {
+        hash,
+        size,
+        stored,
+        chunks: seq,
+    })
+}
+
 /// Fills `buffer` from `reader` as far as it goes; returns how much.
-pub(crate) fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+pub fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buffer.len() {
         let Some(rest) = buffer.get_mut(filled..) else {
@@ -107,7 +203,7 @@ pub(crate) fn fill(reader: &mut dyn Read, buffer: &mut [u8]) -> std::io::Result<
 }
 
 /// Compresses one chunk, or keeps it raw when that is not smaller.
-pub(crate) fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
+pub fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
     let compressed =
         zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|source| EventStoreError::Io {
             context: "compressing a blob chunk".into(),
@@ -124,7 +220,7 @@ pub(crate) fn encode(raw: &[u8]) -> Result<(i64, Vec<u8>)> {
 /// Pure, shared by every backend. The error is what the bytes hash to
 /// (the zero hash when they cannot even be decoded), for
 /// [`EventStoreError::BlobCorrupt`].
-pub(crate) fn decode_chunk(
+pub fn decode_chunk(
     codec: i64,
     raw_len: i64,
     chunk_hash: &[u8],

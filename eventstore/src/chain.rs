@@ -9,7 +9,7 @@ use sandlog_core::{CoreError, Hash, Position};
 
 /// A pinned head: "the log had `position` events and its last hash was
 /// `hash`". Store it outside the database (a ticket, a WORM bucket, a
-/// printout); [`EventStore::verify_against`](crate::EventStore::verify_against) then proves the log still
+/// printout); `sandlog_sqlite::EventStore::verify_against` then proves the log still
 /// extends it. A chain alone cannot prove that: whoever can write the file
 /// can recompute every hash after a rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

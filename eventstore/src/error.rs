@@ -46,6 +46,30 @@ pub enum ChainProblem {
     },
 }
 
+/// A failure of a backend's database, classified by the backend that saw
+/// it: the shared crates never name a database client's types, and each
+/// backend decides, from its client's own codes, the class, the stable kind
+/// and whether the same call may succeed again. Its text is the client's
+/// own.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct BackendError {
+    /// The backend's name in messages (`database` for SQLite,
+    /// `PostgreSQL`).
+    pub backend: &'static str,
+    /// The class of the failure.
+    pub class: ErrorClass,
+    /// The stable kind (`disk_full`, `busy`, `database_corrupt`,
+    /// `database`).
+    pub kind: &'static str,
+    /// Whether the same call may succeed if simply made again (another
+    /// connection held a lock, a lost race).
+    pub retryable: bool,
+    /// The client's error.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
 /// Errors of the event store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -139,6 +163,17 @@ pub enum EventStoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A stored integer that no sandlog writes (a negative count, size,
+    /// position or version): the database was damaged or edited.
+    #[error(
+        "the stored {column} holds {value}, which sandlog never writes: the database is damaged"
+    )]
+    StoredValue {
+        /// The table and column.
+        column: &'static str,
+        /// What it holds.
+        value: i64,
+    },
     /// A blob's bytes do not hash to its address: it was damaged.
     #[error("blob {hash} is corrupt: its contents hash to {actual}")]
     BlobCorrupt {
@@ -184,16 +219,12 @@ pub enum EventStoreError {
     /// The caller's append hook failed; the append was rolled back.
     #[error("append hook failed: {0}")]
     Hook(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// SQLite failed (disk full, locked past the busy timeout, I/O error);
-    /// see [`EventStoreError::kind`] and [`EventStoreError::is_retryable`].
-    #[error("database error: {0}")]
-    Sqlite(#[source] crate::sqlite::error::SqliteError),
-    /// PostgreSQL failed (see [`EventStoreError::kind`] and
-    /// [`EventStoreError::is_retryable`], which classify it by SQLSTATE).
-    /// A lost connection is [`EventStoreError::Io`] instead.
-    #[cfg(feature = "postgres")]
-    #[error("PostgreSQL error: {0}")]
-    Postgres(#[source] postgres::Error),
+    /// The backend's database failed (disk full, locked past the busy
+    /// timeout, an I/O error, a constraint), classified by the backend
+    /// that saw it (see [`BackendError`]). A lost connection is
+    /// [`EventStoreError::Io`] instead.
+    #[error("{backend} error: {0}", backend = .0.backend)]
+    Backend(#[source] BackendError),
     /// A filesystem error around the database file.
     #[error("{context}: {source}")]
     Io {
@@ -211,7 +242,7 @@ pub enum EventStoreError {
         reason: String,
     },
     /// A consumer name or checkpoint given to a subscription was refused
-    /// (see [`crate::sqlite::subscribe`]). Nothing was stored.
+    /// (see the SQLite backend's subscriptions). Nothing was stored.
     #[error("consumer {name:?}: {reason}")]
     InvalidConsumer {
         /// The name (cut to a readable length).
@@ -240,6 +271,19 @@ pub enum EventStoreError {
     NoMapAt {
         /// The size asked for.
         size: u64,
+    },
+    /// The store was opened read-only (its directory cannot be written:
+    /// read-only media, or another user's root) and the call must write.
+    /// Nothing was written.
+    #[error(
+        "{} is open read-only (its directory cannot be written: read-only media or \
+         another user's root), and this command must write: run it where the root is \
+         writable (verify, log, files cat, report and evidence export work read-only)",
+        path.display()
+    )]
+    ReadOnly {
+        /// The database file.
+        path: std::path::PathBuf,
     },
     /// An import (see [`crate::import`]) was aimed at a store that already
     /// holds a log or blobs. Nothing was written.
@@ -286,18 +330,14 @@ impl EventStoreError {
             Self::UpgradeBusy { .. } => "busy",
             Self::ChainBroken { .. } => "integrity",
             Self::Corrupt { .. } => "corrupt",
+            Self::StoredValue { .. } => "integrity",
             Self::BlobCorrupt { .. } => "integrity",
             Self::BlobTooLarge { .. } => "too_large",
             Self::BlobHashMismatch { .. } => "changed",
             Self::BlobErased { .. } => "erased",
             Self::Poisoned => "poisoned",
             Self::Hook(_) => "hook",
-            Self::Sqlite(error) if error.is_disk_full() => "disk_full",
-            Self::Sqlite(error) if error.is_busy() => "busy",
-            Self::Sqlite(error) if error.is_corrupt() => "database_corrupt",
-            Self::Sqlite(_) => "database",
-            #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::classify::error_kind(error),
+            Self::Backend(error) => error.kind,
             Self::Io { .. } => "io",
             Self::MerkleDamaged { .. } => "integrity",
             Self::Merkle(_) => "invalid",
@@ -305,6 +345,7 @@ impl EventStoreError {
             Self::InvalidConsumer { .. } => "invalid_consumer",
             Self::CheckpointCorrupt { .. } => "integrity",
             Self::ImportTargetNotEmpty { .. } => "not_empty",
+            Self::ReadOnly { .. } => "read_only",
             Self::ReplicaAhead { .. } => "integrity",
         }
     }
@@ -325,18 +366,18 @@ impl EventStoreError {
             Self::ForeignDatabase { .. } | Self::SchemaTooNew { .. } => ErrorClass::Io,
             Self::ChainBroken { .. }
             | Self::Corrupt { .. }
+            | Self::StoredValue { .. }
             | Self::BlobCorrupt { .. }
             | Self::MerkleDamaged { .. }
             | Self::CheckpointCorrupt { .. }
             | Self::ReplicaAhead { .. } => ErrorClass::Integrity,
             Self::InvalidConsumer { .. } => ErrorClass::BadInput,
             Self::BlobTooLarge { .. } => ErrorClass::Limit,
-            Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } => ErrorClass::Refused,
-            Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
-            Self::Sqlite(error) if error.is_corrupt() => ErrorClass::Integrity,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::classify::error_class(error),
-            Self::Poisoned | Self::Hook(_) | Self::Sqlite(_) | Self::Io { .. } => ErrorClass::Io,
+            Self::BlobErased { .. } | Self::ImportTargetNotEmpty { .. } | Self::ReadOnly { .. } => {
+                ErrorClass::Refused
+            }
+            Self::Backend(error) => error.class,
+            Self::Poisoned | Self::Hook(_) | Self::Io { .. } => ErrorClass::Io,
         }
     }
 
@@ -346,10 +387,8 @@ impl EventStoreError {
     /// is not: the caller must re-read and re-decide first.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Sqlite(error) => error.is_busy(),
+            Self::Backend(error) => error.retryable,
             Self::UpgradeBusy { .. } => true,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(error) => crate::postgres::classify::is_retryable(error),
             _ => false,
         }
     }
@@ -358,6 +397,13 @@ impl EventStoreError {
     pub fn is_integrity(&self) -> bool {
         self.class() == ErrorClass::Integrity
     }
+}
+
+/// A stored count, size, position or version as the unsigned number it
+/// is: a negative one is [`EventStoreError::StoredValue`] naming its
+/// column, never read as zero.
+pub fn stored_u64(value: i64, column: &'static str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| EventStoreError::StoredValue { column, value })
 }
 
 /// Result alias.

@@ -15,7 +15,7 @@ pub const ENVELOPE_COLUMNS: &str = "position, stream, version, event_id, kind, s
 /// of maximal payloads stays in the tens of MiB.
 pub const PAGE_EVENTS: usize = 2048;
 
-/// Which events [`EventStore::query`](crate::EventStore::query) returns. Every condition is optional;
+/// Which events `sandlog_sqlite::EventStore::query` returns. Every condition is optional;
 /// all given ones must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogFilter {

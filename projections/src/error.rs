@@ -1,7 +1,7 @@
 //! The one error enum of `sandlog-projections`.
 
 use sandlog_core::SessionId;
-use sandlog_eventstore::{EventStoreError, SqliteError};
+use sandlog_eventstore::{BackendError, EventStoreError};
 
 /// Errors of the projections.
 #[derive(Debug, thiserror::Error)]
@@ -10,9 +10,9 @@ pub enum ProjectionError {
     /// The log failed (see the inner error for how to handle it).
     #[error(transparent)]
     Store(#[from] EventStoreError),
-    /// The read-model tables failed.
+    /// The read-model tables failed, as the backend classified it.
     #[error("read model: {0}")]
-    Sqlite(#[source] SqliteError),
+    Backend(#[source] BackendError),
     /// A read-model row does not decode: the read model is damaged. Rebuild
     /// it (`sandlog verify` checks it against a rebuild).
     #[error("read model is corrupt: {0}; rebuild it")]
@@ -36,9 +36,7 @@ impl ProjectionError {
         use sandlog_core::ErrorClass;
         match self {
             Self::Store(error) => error.class(),
-            Self::Sqlite(error) if error.is_busy() => ErrorClass::Conflict,
-            Self::Sqlite(error) if error.is_corrupt() => ErrorClass::Integrity,
-            Self::Sqlite(_) => ErrorClass::Io,
+            Self::Backend(error) => error.class,
             Self::Corrupt(_) => ErrorClass::Integrity,
             Self::UnknownSession(_) => ErrorClass::NotFound,
             Self::InvalidPattern { .. } => ErrorClass::BadInput,
@@ -49,10 +47,7 @@ impl ProjectionError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Store(error) => error.kind(),
-            Self::Sqlite(error) if error.is_busy() => "busy",
-            Self::Sqlite(error) if error.is_disk_full() => "disk_full",
-            Self::Sqlite(error) if error.is_corrupt() => "database_corrupt",
-            Self::Sqlite(_) => "database",
+            Self::Backend(error) => error.kind,
             Self::Corrupt(_) => "read_model_corrupt",
             Self::UnknownSession(_) => "not_found",
             Self::InvalidPattern { .. } => "invalid_pattern",

@@ -1,14 +1,9 @@
 //! Which events name which blobs: what `gc` keeps, what `erase` removes
 //! and what a legal hold protects. The queries, over the read model's
-//! `rm_blob_refs`, are in [`crate::sqlite::evidence`] and re-exported.
+//! `rm_blob_refs`, are each backend's (`sandlog_sqlite::evidence`).
 
 use sandlog_core::event::Event;
 use sandlog_core::{Envelope, Hash, Position, SessionId, StreamId, WorkspacePath};
-
-pub use crate::sqlite::evidence::{
-    expired_blobs, held_sessions_naming, is_referenced, referenced_blobs, refs_to, session_refs,
-    stored_refs_digest,
-};
 
 /// The blobs `event` says were stored, as `(role, hash, path)`: the one
 /// rule the read model's `rm_blob_refs` is written by and checked against.

@@ -1,7 +1,7 @@
 //! What users ask about sessions, as the read models answer it: sessions,
 //! metadata in the seed's shape, files (glob, tree), prune plans,
-//! statistics. The types are here; the queries, over the read models in
-//! the SQLite file, are in [`crate::sqlite::query`] and re-exported.
+//! statistics. The types are here; each backend's queries over its read
+//! models return them (`sandlog_sqlite::query`).
 
 use std::collections::BTreeMap;
 
@@ -11,11 +11,6 @@ use serde::Serialize;
 
 use crate::prune::{PruneCandidate, SkippedSession};
 use crate::state::{CleanupStats, SessionState, SessionStatus};
-
-pub use crate::sqlite::query::{
-    all_sessions_with_files, files, prune_candidates, session, session_file, session_with_files,
-    sessions, sessions_where, stats,
-};
 
 /// A session without its file list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

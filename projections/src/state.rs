@@ -166,7 +166,7 @@ impl SessionState {
     /// Counts `entry` in (`file_count`, `bytes`), or out when `entering`
     /// is false. The counts move with each file that enters or leaves
     /// `files`, so folding a write costs the same whatever the session
-    /// holds; and [`crate::sqlite::read_model`] folds with only the file rows an
+    /// holds; and `sandlog_sqlite::read_model` folds with only the file rows an
     /// event touches loaded, the counts coming from the session's row.
     fn count(&mut self, entry: &FileEntry, entering: bool) {
         if entering {

@@ -20,13 +20,14 @@ use sandlog_runtime::core::policy::PrunePolicy;
 use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
-use sandlog_runtime::eventstore::{LogFilter, UpgradeEvent, UpgradeObserver};
+use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::native::NativeOptions;
 use sandlog_runtime::projections::Cut;
 use sandlog_runtime::projections::query::{FileView, SessionSummary};
 use sandlog_runtime::proofs::{
     generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
 };
+use sandlog_runtime::sqlite::{UpgradeEvent, UpgradeObserver};
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides, Runtime, RuntimeError};
 
 /// Most events one `log_page` call returns; the Python iterator asks page by

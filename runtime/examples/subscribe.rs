@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use sandlog_runtime::core::escape::for_terminal;
 use sandlog_runtime::core::{Position, correlation_id};
-use sandlog_runtime::eventstore::{LogFilter, SubscribeFrom};
+use sandlog_runtime::eventstore::LogFilter;
+use sandlog_runtime::sqlite::SubscribeFrom;
 use sandlog_runtime::{Engine, EngineOptions};
 
 type Error = Box<dyn std::error::Error>;

@@ -14,7 +14,8 @@ use sandlog_core::map::{self, HeadFold, MemoryMap};
 use sandlog_core::merkle::{Frontier, MerkleHash};
 use sandlog_core::note::{Checkpoint, VerifierKey};
 use sandlog_core::{Hash, Position, chain_hash};
-use sandlog_eventstore::{EventStore, Portable as _};
+use sandlog_eventstore::Portable as _;
+use sandlog_sqlite::EventStore;
 use serde::Serialize;
 
 use crate::engine::Engine;

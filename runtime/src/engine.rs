@@ -16,11 +16,10 @@ use std::time::Duration;
 use sandlog_core::event::{Event, FileDeleted, FileWritten};
 use sandlog_core::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use sandlog_core::{Clock, NewEvent, SessionId, StreamId, SystemClock};
-use sandlog_eventstore::{
-    Durability, EventStore, EventStoreError, ExpectedVersion, OpenOptions, UpgradeObserver,
-};
-use sandlog_projections::query::{self, SessionSummary};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
 use sandlog_projections::{SessionState, SessionStatus};
+use sandlog_sqlite::query::{self, SessionSummary};
+use sandlog_sqlite::{Durability, EventStore, OpenOptions, UpgradeObserver};
 
 use crate::anchor;
 use crate::error::{Result, RuntimeError};
@@ -174,7 +173,7 @@ impl std::fmt::Debug for Engine {
 /// The node name for a root: `given` (checked), else the root's
 /// [`NODE_FILE`], else the host name made a valid name. The file is
 /// written when missing, so the name stays with the root.
-fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
+fn resolve_node(root: &Path, given: Option<&str>, read_only: bool) -> Result<String> {
     let file = root.join(NODE_FILE);
     let stored = match std::fs::read_to_string(&file) {
         Ok(text) => Some(text),
@@ -203,7 +202,7 @@ fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
             sandlog_core::node::node_name_from(&host.nodename().to_string_lossy())
         }
     };
-    if stored.is_none() {
+    if stored.is_none() && !read_only {
         // Written aside and renamed: a reader sees no file or a whole one.
         let aside = root.join(format!(".{NODE_FILE}.{}", uuid::Uuid::new_v4()));
         std::fs::write(&aside, format!("{name}\n"))
@@ -211,6 +210,15 @@ fn resolve_node(root: &Path, given: Option<&str>) -> Result<String> {
             .map_err(RuntimeError::io(format!("writing {}", file.display())))?;
     }
     Ok(name)
+}
+
+/// Whether this process may create files in `root` and write its
+/// database (`access(2)`: `EROFS` on read-only media, `EACCES` for another
+/// user's root).
+fn writable(root: &Path) -> bool {
+    use rustix::fs::{Access, access};
+    let database = root.join(crate::layout::DATABASE_FILE);
+    access(root, Access::WRITE_OK).is_ok() && access(&database, Access::WRITE_OK).is_ok()
 }
 
 fn create_dir(path: &Path) -> Result<()> {
@@ -340,16 +348,23 @@ impl Engine {
             }
             (_, true) => {}
         }
-        create_dir(&layout.workspaces)?;
+        // A root this process cannot write (read-only media, another
+        // user's root) is opened for inspection only.
+        let read_only = !writable(root);
+        if read_only {
+            tracing::info!(root = %root.display(), "the root cannot be written; opened read-only");
+        } else {
+            create_dir(&layout.workspaces)?;
+        }
         let mut open_options = OpenOptions::default()
             .clock(options.clock.clone())
             .durability(options.durability)
             .on_upgrade(options.on_upgrade.clone());
         open_options.create = false;
+        open_options.read_only = read_only;
         let mut store = EventStore::open(&layout.database, open_options)?;
         anchor::check(root, &store, found, options.clock.now(), &options.actor)?;
-        let report =
-            sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
+        let report = sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
         if report.events > 0 {
             tracing::info!(
                 events = report.events,
@@ -417,7 +432,7 @@ impl Engine {
             .durability(options.durability)
             .on_upgrade(options.on_upgrade.clone());
         let mut store = EventStore::open(&layout.database, open_options)?;
-        sandlog_projections::install_observed(&mut store, options.on_upgrade.as_ref())?;
+        sandlog_sqlite::install_observed(&mut store, options.on_upgrade.as_ref())?;
         let copied = store.replicate_from(shared.as_ref())?;
         if copied > 0 {
             tracing::info!(copied, "this node's replica copied the shared log");
@@ -433,7 +448,7 @@ impl Engine {
         shared: Option<Box<dyn sandlog_eventstore::Backend>>,
         options: EngineOptions,
     ) -> Result<Engine> {
-        let node = resolve_node(&layout.root, options.node.as_deref())?;
+        let node = resolve_node(&layout.root, options.node.as_deref(), store.is_read_only())?;
         let engine = Engine {
             layout,
             store,
@@ -447,7 +462,7 @@ impl Engine {
             health_options: Mutex::new(crate::health::HealthOptions::default()),
             reclaimer: crate::trash::Reclaimer::default(),
         };
-        if engine.options.finish_intents_on_open {
+        if engine.options.finish_intents_on_open && !engine.store.is_read_only() {
             // An intent that cannot be finished is recorded and left
             // pending; it must not keep the whole root from opening.
             match engine.finish_pending_intents() {
@@ -601,16 +616,16 @@ impl Engine {
     /// A catch-up subscription to the events matching `filter`: every
     /// event after a position or a named consumer's checkpoint, at least
     /// once and in position order, then what any process appends (see
-    /// [`sandlog_eventstore::sqlite::subscribe`]).
+    /// [`sandlog_sqlite::store::subscribe`]).
     ///
     /// # Errors
     ///
     /// A bad consumer name or a damaged checkpoint; the store's errors.
     pub fn subscribe(
         &self,
-        from: sandlog_eventstore::SubscribeFrom,
+        from: sandlog_sqlite::SubscribeFrom,
         filter: sandlog_eventstore::LogFilter,
-    ) -> Result<sandlog_eventstore::Subscription<'_>> {
+    ) -> Result<sandlog_sqlite::Subscription<'_>> {
         Ok(self.store.subscribe(from, filter)?)
     }
 
@@ -672,12 +687,28 @@ impl Engine {
     /// Takes the session's shared lease and writer lock, then reads the
     /// session with `load`, which fails with `SessionNotActive` unless it
     /// is active.
+    /// Refuses, before anything is done, a call that must write on a root
+    /// opened read-only.
+    pub(crate) fn require_writable(&self) -> Result<()> {
+        if self.store.is_read_only() {
+            return Err(RuntimeError::Store(
+                sandlog_eventstore::EventStoreError::ReadOnly {
+                    path: self.layout.database.clone(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     fn hold_with<T>(
         &self,
         session_id: SessionId,
         wait: Duration,
         load: impl FnOnce(&Engine) -> Result<T>,
     ) -> Result<(crate::lease::WriterHold, T)> {
+        // A read-only root can record nothing: refused before a guest or
+        // a command runs, so nothing runs unrecorded.
+        self.require_writable()?;
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;

@@ -110,7 +110,10 @@ pub(crate) fn keep_files(
     let mut files = Vec::with_capacity(written.len());
     for file in written {
         let left = budget - evidence.kept_bytes;
-        let verdict = if budget == 0 {
+        let verdict = if file.not_kept == Some(NotKept::Unreadable) {
+            // The scan could not read it: there is nothing to keep.
+            Err(NotKept::Unreadable)
+        } else if budget == 0 {
             Err(NotKept::Off)
         } else if file.size > budget {
             Err(NotKept::TooLarge)

@@ -8,7 +8,7 @@ use sandlog_core::human::format_size;
 use sandlog_core::limits::BLOB_BYTES_MAX;
 use sandlog_core::{NewEvent, SessionId, WorkspacePath};
 use sandlog_eventstore::ExpectedVersion;
-use sandlog_projections::query::{self, FileView};
+use sandlog_sqlite::query::{self, FileView};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};

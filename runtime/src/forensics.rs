@@ -6,9 +6,9 @@
 
 use sandlog_core::{Envelope, Hash, SessionId, StreamId};
 use sandlog_eventstore::{BlobState, BlobTotals, Digest, Head, LogFilter, MerkleReport};
-use sandlog_projections::query::{self, StoreStats};
 use sandlog_projections::replay::{self, Cut};
 use sandlog_projections::{SessionState, State};
+use sandlog_sqlite::query::{self, StoreStats};
 
 use crate::engine::Engine;
 use crate::error::Result;

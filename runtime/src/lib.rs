@@ -96,5 +96,6 @@ pub use native::{NativeOptions, NativeRun, Passthrough, SyncReport};
 pub use sandlog_core as core;
 pub use sandlog_eventstore as eventstore;
 pub use sandlog_projections as projections;
+pub use sandlog_sqlite as sqlite;
 pub use sessions::{ContextFile, NewSession};
 pub use verify::VerifyOutcome;

@@ -30,7 +30,7 @@ use sandlog_core::{NewEvent, PrunePolicy, SessionId, StreamId, StreamVersion, Ti
 use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter};
 use sandlog_projections::SessionStatus;
 use sandlog_projections::prune::PruneCandidate;
-use sandlog_projections::query;
+use sandlog_sqlite::query;
 use serde::Serialize;
 use uuid::Uuid;
 

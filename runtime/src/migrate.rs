@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Hash, Position};
-use sandlog_eventstore::{EventStore, OpenOptions, Portable, VerifyReport, copy_log};
+use sandlog_eventstore::{Portable, VerifyReport, copy_log};
+use sandlog_sqlite::{EventStore, OpenOptions};
 
 use crate::error::{Result, RuntimeError};
 
@@ -127,7 +128,7 @@ fn open(location: &LogLocation, create: bool) -> Result<Box<dyn Portable>> {
         }
         #[cfg(feature = "postgres")]
         LogLocation::Postgres(url) => {
-            match sandlog_eventstore::postgres::PgEventStore::connect(url) {
+            match sandlog_postgres::PgEventStore::connect(url) {
                 Ok(store) => Ok(Box::new(store)),
                 // Say which server: the client's message does not.
                 Err(sandlog_eventstore::EventStoreError::Io { context, source }) => Err(

@@ -150,6 +150,10 @@ pub struct NativeRun {
     pub files_deleted: Vec<WorkspacePath>,
     /// Changes found, recorded or not.
     pub files_changed_total: u64,
+    /// Files and directories this process may not read, in path order:
+    /// each such file is among `files_written`, recorded without its hash
+    /// or bytes (`content_kept: false`, reason `unreadable`).
+    pub unreadable: Vec<WorkspacePath>,
     /// The bound of the host's scan that kept changes from being
     /// recorded, if any.
     pub limit: Option<ExecutionLimit>,
@@ -183,6 +187,10 @@ pub struct SyncReport {
     pub files_deleted: Vec<WorkspacePath>,
     /// Changes found, recorded or not.
     pub files_changed_total: u64,
+    /// Files and directories this process may not read, in path order:
+    /// each such file is among `files_written`, recorded without its hash
+    /// or bytes (`content_kept: false`, reason `unreadable`).
+    pub unreadable: Vec<WorkspacePath>,
     /// The bound that kept changes from being recorded, if any.
     pub limit: Option<ExecutionLimit>,
     /// Files on disk.
@@ -656,6 +664,7 @@ impl Engine {
             files_written: changes.written.into_iter().map(|file| file.path).collect(),
             files_deleted: changes.deleted.into_iter().map(|file| file.path).collect(),
             files_changed_total: changes.total,
+            unreadable: changes.unreadable,
             limit: changes.limit,
             scan_ms,
             size_exceeded,
@@ -791,6 +800,7 @@ impl Engine {
             files_written: changes.written.into_iter().map(|file| file.path).collect(),
             files_deleted: changes.deleted.into_iter().map(|file| file.path).collect(),
             files_changed_total: changes.total,
+            unreadable: changes.unreadable,
             limit: changes.limit,
             files_seen,
             files_hashed,

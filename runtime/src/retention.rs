@@ -12,7 +12,7 @@ use sandlog_core::event::{EvidenceErased, SessionHeld, SessionReleased};
 use sandlog_core::human::format_duration;
 use sandlog_core::{Event, Hash, NewEvent, SessionId, StreamId, WorkspacePath};
 use sandlog_eventstore::{ExpectedVersion, UnitOfWork};
-use sandlog_projections::evidence as refs;
+use sandlog_sqlite::evidence as refs;
 use serde::Serialize;
 
 use crate::engine::Engine;

@@ -12,6 +12,12 @@
 //! first bound met is named, and the full change list found is pinned by a
 //! digest.
 //!
+//! A file the scan may not read (mode 000, another user's) is recorded as
+//! written with its size, the all-zero hash [`NOT_HASHED`] and
+//! `content_kept: false`, reason `unreadable`, so every readable change
+//! is still recorded and the unreadable one is named; a directory it may
+//! not open hides its contents, so nothing under it is inferred deleted.
+//!
 //! What is recorded past a bound: a file that could not be hashed (over
 //! the byte budget, or after the deadline) is counted as written with the
 //! size the scan saw, in the totals and the digest, but gets no
@@ -23,10 +29,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use sandlog_core::event::{ExecutionLimit, FileDeleted, FileWritten, WrittenBy};
+use sandlog_core::event::{ExecutionLimit, FileDeleted, FileWritten, NotKept, WrittenBy};
 use sandlog_core::{Hash, WorkspacePath};
 use sandlog_projections::state::FileEntry;
 
+use crate::applier::NOT_HASHED;
 use crate::error::Result;
 use crate::workspace::{Scan, Scanned, Workspace};
 
@@ -50,6 +57,11 @@ enum Change {
         size: u64,
         blake3: Option<Hash>,
     },
+    /// Present but not readable by this process: size known, bytes not.
+    Unreadable {
+        path: WorkspacePath,
+        size: u64,
+    },
     Deleted {
         path: WorkspacePath,
     },
@@ -58,7 +70,9 @@ enum Change {
 impl Change {
     fn path(&self) -> &WorkspacePath {
         match self {
-            Change::Written { path, .. } | Change::Deleted { path } => path,
+            Change::Written { path, .. }
+            | Change::Unreadable { path, .. }
+            | Change::Deleted { path } => path,
         }
     }
 }
@@ -79,6 +93,10 @@ pub(crate) struct Changes {
     /// Files hashed and found as the projection has them (a stat cache
     /// may trust them next time).
     pub verified: Vec<WorkspacePath>,
+    /// Files and directories this process may not read, in path order
+    /// (a file among them is in `written`, not kept, unless it was already
+    /// recorded so at its size).
+    pub unreadable: Vec<WorkspacePath>,
 }
 
 /// Compares `after` (a scan taken after the run) with the projection's
@@ -95,6 +113,7 @@ pub(crate) fn changes(
     let mut found: Vec<Change> = Vec::new();
     let mut budget = bounds.hash_bytes_max;
     let mut verified = Vec::new();
+    let mut unreadable: Vec<WorkspacePath> = after.unreadable_dirs.clone();
     for (path, scanned) in &after.files {
         let entry = known.get(path);
         let untouched = before.get(path) == Some(scanned)
@@ -126,6 +145,23 @@ pub(crate) fn changes(
             {
                 continue;
             }
+            Err(crate::RuntimeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                unreadable.push(path.clone());
+                // Already recorded as unreadable at this size: nothing new
+                // can be said about it.
+                if entry.is_some_and(|file| file.blake3 == NOT_HASHED && file.size == scanned.size)
+                {
+                    continue;
+                }
+                tracing::warn!(%path, "a changed file cannot be read; recorded without its hash or bytes");
+                found.push(Change::Unreadable {
+                    path: path.clone(),
+                    size: scanned.size,
+                });
+                continue;
+            }
             Err(error) => return Err(error),
         };
         let Some((blake3, size)) = hashed else {
@@ -146,8 +182,14 @@ pub(crate) fn changes(
     }
     let scan_complete = matches!(after.stopped, None | Some(ExecutionLimit::ScanDepth));
     if scan_complete {
+        let hidden = |path: &WorkspacePath| {
+            after
+                .unreadable_dirs
+                .iter()
+                .any(|dir| path.starts_with(dir))
+        };
         for path in known.keys() {
-            if !after.files.contains_key(path) {
+            if !after.files.contains_key(path) && !hidden(path) {
                 found.push(Change::Deleted { path: path.clone() });
             }
         }
@@ -180,6 +222,14 @@ pub(crate) fn changes(
                 blake3: *blake3,
                 by: WrittenBy::Guest,
             }),
+            Change::Unreadable { path, size } => written.push(FileWritten {
+                content_kept: Some(false),
+                not_kept: Some(NotKept::Unreadable),
+                path: path.clone(),
+                size: *size,
+                blake3: NOT_HASHED,
+                by: WrittenBy::Guest,
+            }),
             Change::Deleted { path } => deleted.push(FileDeleted {
                 path: path.clone(),
                 by: WrittenBy::Guest,
@@ -187,7 +237,9 @@ pub(crate) fn changes(
             Change::Written { blake3: None, .. } => {}
         }
     }
+    unreadable.sort();
     Ok(Changes {
+        unreadable,
         written,
         deleted,
         total: found.len() as u64,
@@ -206,7 +258,9 @@ fn changes_digest(changes: &[Change]) -> Hash {
     let mut hasher = blake3::Hasher::new();
     for change in changes {
         let (tag, size, path) = match change {
-            Change::Written { path, size, .. } => (b'w', *size, path),
+            Change::Written { path, size, .. } | Change::Unreadable { path, size } => {
+                (b'w', *size, path)
+            }
             Change::Deleted { path } => (b'd', 0, path),
         };
         hasher.update(&[tag]);

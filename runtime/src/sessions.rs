@@ -147,6 +147,7 @@ impl Engine {
     /// limit, mount or context path, or context files past the size
     /// limit, fail with nothing created.
     pub fn create_session_with(&self, new: NewSession) -> Result<SessionSummary> {
+        self.require_writable()?;
         check_labels(&new.labels)?;
         if let Some(group) = &new.group {
             check_group(group)?;
@@ -309,7 +310,7 @@ impl Engine {
         status: Option<sandlog_projections::SessionStatus>,
         group: Option<&str>,
     ) -> Result<Vec<SessionSummary>> {
-        Ok(sandlog_projections::query::sessions_where(
+        Ok(sandlog_sqlite::query::sessions_where(
             &self.store,
             status,
             group,

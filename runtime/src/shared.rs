@@ -44,7 +44,7 @@ impl Engine {
         url: &str,
         clock: std::sync::Arc<dyn sandlog_core::Clock>,
     ) -> Result<Box<dyn Backend>> {
-        use sandlog_eventstore::postgres::{PgEventStore, PgOptions};
+        use sandlog_postgres::{PgEventStore, PgOptions};
         let store = PgEventStore::connect_with(url, PgOptions::default().clock(clock))?;
         Ok(Box::new(store))
     }
@@ -126,7 +126,7 @@ impl Engine {
     }
 
     /// Runs `f` in one write transaction of the log (see
-    /// [`sandlog_eventstore::EventStore::write`]): every append and blob it
+    /// [`sandlog_sqlite::EventStore::write`]): every append and blob it
     /// makes commits together or not at all.
     pub(crate) fn write_log<T, E>(
         &self,
@@ -167,7 +167,7 @@ impl Engine {
     }
 
     /// Appends `events` to `stream` if it is at `expected` (see
-    /// [`sandlog_eventstore::EventStore::append`]).
+    /// [`sandlog_sqlite::EventStore::append`]).
     pub(crate) fn append_log(
         &self,
         stream: StreamId,
@@ -187,7 +187,7 @@ impl Engine {
     }
 
     /// Appends to several streams in one transaction (see
-    /// [`sandlog_eventstore::EventStore::append_batch`]).
+    /// [`sandlog_sqlite::EventStore::append_batch`]).
     pub(crate) fn append_log_batch(
         &self,
         batch: &[(StreamId, ExpectedVersion, Vec<NewEvent>)],

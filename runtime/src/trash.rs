@@ -212,6 +212,7 @@ impl Engine {
     /// pass that removed or failed to remove something is recorded as
     /// `workspace.reclaimed`. Returns what both freed.
     pub fn reclaim_trash(&self) -> Result<Reclaimed> {
+        self.require_writable()?;
         let mut total = self.settle_reclaim(true);
         let pass = reclaim_pass(&self.layout, self.options.fault.as_ref())?;
         self.record_reclaimed(pass);

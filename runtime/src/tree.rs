@@ -50,6 +50,18 @@ pub(crate) trait Visitor {
     fn left(&mut self, _parent: &Dir, _name: &OsStr) -> io::Result<()> {
         Ok(())
     }
+
+    /// The directory `name` under `parents` could not be opened for lack
+    /// of permission: `Ok` skips it, an error ends the walk (the default:
+    /// a walk that must see everything cannot go on).
+    fn unreadable(
+        &mut self,
+        _parents: &[OsString],
+        _name: &OsStr,
+        error: io::Error,
+    ) -> io::Result<()> {
+        Err(error)
+    }
 }
 
 /// Whether a walk went to the end or was stopped by its visitor.
@@ -83,13 +95,27 @@ fn changed(what: &str, parents: &[OsString]) -> io::Error {
 
 /// Lists `dir`, calling the visitor on each entry; returns the
 /// subdirectories to descend into, or `None` if the visitor stopped.
-fn list(
-    dir: &Dir,
-    parents: &[OsString],
-    visitor: &mut dyn Visitor,
-) -> io::Result<Option<Vec<(OsString, u64)>>> {
+/// What listing a directory gave.
+enum Listing {
+    /// The subdirectories to descend into, with the inode the listing
+    /// showed.
+    Listed(Vec<(OsString, u64)>),
+    /// The visitor returned [`Visit::Stop`].
+    Stopped,
+    /// The directory may not be read (`EACCES` on listing it).
+    Unreadable(io::Error),
+}
+
+fn list(dir: &Dir, parents: &[OsString], visitor: &mut dyn Visitor) -> io::Result<Listing> {
     let mut subdirs = Vec::new();
-    for entry in dir.entries()? {
+    let entries = match dir.entries() {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+            return Ok(Listing::Unreadable(error));
+        }
+        Err(error) => return Err(error),
+    };
+    for entry in entries {
         let entry = match entry {
             Ok(entry) => entry,
             Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
@@ -98,10 +124,10 @@ fn list(
         match visitor.entry(parents, &entry)? {
             Visit::Next => {}
             Visit::Descend => subdirs.push((entry.file_name(), entry.ino())),
-            Visit::Stop => return Ok(None),
+            Visit::Stop => return Ok(Listing::Stopped),
         }
     }
-    Ok(Some(subdirs))
+    Ok(Listing::Listed(subdirs))
 }
 
 /// Walks the tree under `root` depth-first (not following symlinks: only
@@ -110,8 +136,11 @@ fn list(
 pub(crate) fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> {
     let mut current = root.try_clone()?;
     let mut parents: Vec<OsString> = Vec::new();
-    let Some(subdirs) = list(&current, &parents, visitor)? else {
-        return Ok(Walked::Stopped);
+    let subdirs = match list(&current, &parents, visitor)? {
+        Listing::Listed(subdirs) => subdirs,
+        Listing::Stopped => return Ok(Walked::Stopped),
+        // The walk's own root must be readable.
+        Listing::Unreadable(error) => return Err(error),
     };
     let mut stack = vec![Frame {
         subdirs,
@@ -124,6 +153,10 @@ pub(crate) fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> 
                 // Gone since the listing (the guest may still be running
                 // during a quota check): nothing left to visit.
                 Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+                    visitor.unreadable(&parents, &name, error)?;
+                    continue;
+                }
                 Err(error) => return Err(error),
             };
             let child_identity = identity(&child)?;
@@ -131,11 +164,18 @@ pub(crate) fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> 
                 parents.push(name);
                 return Err(changed("a directory was replaced", &parents));
             }
-            current = child;
             parents.push(name);
-            let Some(subdirs) = list(&current, &parents, visitor)? else {
-                return Ok(Walked::Stopped);
+            let subdirs = match list(&child, &parents, visitor)? {
+                Listing::Listed(subdirs) => subdirs,
+                Listing::Stopped => return Ok(Walked::Stopped),
+                Listing::Unreadable(error) => {
+                    if let Some(name) = parents.pop() {
+                        visitor.unreadable(&parents, &name, error)?;
+                    }
+                    continue;
+                }
             };
+            current = child;
             stack.push(Frame {
                 subdirs,
                 identity: child_identity,

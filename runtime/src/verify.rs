@@ -2,8 +2,8 @@
 //! digest) and the read models against a fold of the whole log (A1).
 
 use sandlog_eventstore::Digest;
-use sandlog_projections::query::{self, StoreStats};
 use sandlog_projections::{State, apply};
+use sandlog_sqlite::query::{self, StoreStats};
 use serde::Serialize;
 
 use crate::engine::Engine;
@@ -108,7 +108,7 @@ impl Engine {
             mismatches.push(mismatch);
         }
         let mut missing_blobs = Vec::new();
-        for hash in sandlog_projections::evidence::referenced_blobs(&self.store)? {
+        for hash in sandlog_sqlite::evidence::referenced_blobs(&self.store)? {
             if self.backend().blob_state(&hash)? == sandlog_eventstore::BlobState::Missing {
                 missing_blobs.push(hash.to_hex());
             }
@@ -142,7 +142,7 @@ impl Engine {
         let from_log = sandlog_projections::evidence::log_refs_digest(
             self.store.read_all_after(sandlog_core::Position::ZERO),
         )?;
-        let stored = sandlog_projections::evidence::stored_refs_digest(&self.store)?;
+        let stored = sandlog_sqlite::evidence::stored_refs_digest(&self.store)?;
         Ok((from_log != stored).then(|| {
             format!(
                 "blob references differ from the log: the read model holds {}, the log's events make {}",
@@ -153,6 +153,6 @@ impl Engine {
 
     /// Drops and rebuilds the read models from the log.
     pub fn rebuild_read_models(&self) -> Result<u64> {
-        Ok(sandlog_projections::rebuild(&self.store)?)
+        Ok(sandlog_sqlite::rebuild(&self.store)?)
     }
 }

@@ -310,6 +310,7 @@ impl Workspace {
         let mut scanner = Scanner {
             limits,
             files: BTreeMap::new(),
+            unreadable_dirs: Vec::new(),
             visited: 0,
             stopped: None,
             workspace: &self.path,
@@ -322,6 +323,7 @@ impl Workspace {
         )))?;
         Ok(Scan {
             files: scanner.files,
+            unreadable_dirs: scanner.unreadable_dirs,
             stopped: scanner.stopped,
         })
     }
@@ -356,6 +358,9 @@ impl Default for ScanLimits {
 pub struct Scan {
     /// Regular files seen.
     pub files: BTreeMap<WorkspacePath, Scanned>,
+    /// Directories that could not be opened for lack of permission: what
+    /// they hold is unknown (neither written nor deleted).
+    pub unreadable_dirs: Vec<WorkspacePath>,
     /// The limit that kept the scan from seeing everything, if any. With
     /// [`ExecutionLimit::ScanDepth`] every directory a workspace path can
     /// name was seen; with the others, the scan ended early.
@@ -365,6 +370,7 @@ pub struct Scan {
 struct Scanner<'a> {
     limits: &'a ScanLimits,
     files: BTreeMap<WorkspacePath, Scanned>,
+    unreadable_dirs: Vec<WorkspacePath>,
     visited: u64,
     stopped: Option<ExecutionLimit>,
     workspace: &'a Path,
@@ -486,9 +492,35 @@ impl crate::tree::Visitor for Scanner<'_> {
         }
         Ok(Visit::Next)
     }
+
+    fn unreadable(
+        &mut self,
+        parents: &[std::ffi::OsString],
+        name: &std::ffi::OsStr,
+        _error: std::io::Error,
+    ) -> std::io::Result<()> {
+        self.note_unreadable(parents, name);
+        Ok(())
+    }
 }
 
 impl Scanner<'_> {
+    /// Records a directory the scan may not open, by its workspace path
+    /// (one that cannot be named holds nothing nameable either).
+    fn note_unreadable(&mut self, parents: &[std::ffi::OsString], name: &std::ffi::OsStr) {
+        let Some(parent) = self.prefix(parents) else {
+            return;
+        };
+        let joined = match &parent {
+            None => WorkspacePath::from_os_name(name),
+            Some(parent) => parent.join_os(name),
+        };
+        if let Ok(path) = joined {
+            tracing::warn!(workspace = %self.workspace.display(), %path, "a directory of the workspace cannot be read");
+            self.unreadable_dirs.push(path);
+        }
+    }
+
     fn note_too_deep(&mut self) {
         if self.stopped.is_none() {
             self.stopped = Some(ExecutionLimit::ScanDepth);

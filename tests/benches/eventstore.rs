@@ -60,8 +60,9 @@ use sandlog_core::{
     EventId, Hash, ManualClock, NewEvent, Position, SessionId, StreamId, StreamVersion, Timestamp,
     chain_hash,
 };
-use sandlog_eventstore::sqlite::MIGRATIONS;
-use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::ExpectedVersion;
+use sandlog_sqlite::store::MIGRATIONS;
+use sandlog_sqlite::{Durability, EventStore, OpenOptions};
 
 type BenchResult<T = ()> = Result<T, Box<dyn Error>>;
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandlog_core::{ManualClock, Timestamp};
-use sandlog_eventstore::Durability;
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, KernelLimits, KernelPool};
+use sandlog_sqlite::Durability;
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 

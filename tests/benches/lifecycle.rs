@@ -48,10 +48,11 @@ use std::time::{Duration, Instant};
 
 use sandlog_core::event::{Event, FileWritten, SessionCreated, WrittenBy};
 use sandlog_core::{Hash, ManualClock, NewEvent, PrunePolicy, SessionId, Timestamp, WorkspacePath};
-use sandlog_eventstore::{Durability, ExpectedVersion};
+use sandlog_eventstore::ExpectedVersion;
 use sandlog_runtime::lifecycle::REMOVE_THREADS_MAX;
 use sandlog_runtime::workspace::remove_dir_tree;
 use sandlog_runtime::{Engine, EngineOptions, ReconcileOptions};
+use sandlog_sqlite::Durability;
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -178,11 +179,11 @@ fn populate(
     // One store for every append, its read models kept as the engine's are,
     // without an fsync per session.
     let mut log_options =
-        sandlog_eventstore::sqlite::OpenOptions::default().clock(Arc::new(clock.clone()));
+        sandlog_sqlite::store::OpenOptions::default().clock(Arc::new(clock.clone()));
     log_options.create = false;
     log_options.durability = Durability::Normal;
-    let mut log = sandlog_eventstore::EventStore::open(&engine.layout().database, log_options)?;
-    sandlog_projections::install(&mut log)?;
+    let mut log = sandlog_sqlite::EventStore::open(&engine.layout().database, log_options)?;
+    sandlog_sqlite::install(&mut log)?;
     let start = sandlog_core::Clock::now(clock);
     let content = vec![b'x'; 100];
     let hash = Hash::of(&content);

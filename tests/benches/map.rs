@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use sandlog_core::note::{Checkpoint, SignerKey};
 use sandlog_core::{ManualClock, NewEvent, SessionId, StreamId, Timestamp};
-use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::ExpectedVersion;
+use sandlog_sqlite::{Durability, EventStore, OpenOptions};
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 

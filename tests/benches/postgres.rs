@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandlog_core::{Envelope, EventId, ManualClock, NewEvent, SessionId, StreamId};
-use sandlog_eventstore::postgres::{AppendLock, PgEventStore, PgOptions};
 use sandlog_eventstore::{ExpectedVersion, LogFilter};
+use sandlog_postgres::{AppendLock, PgEventStore, PgOptions};
 use sandlog_tests::TEST_EPOCH;
 use sandlog_tests::pg::{self, PgDatabase};
 

@@ -38,8 +38,10 @@ use std::time::{Duration, Instant};
 
 use sandlog_core::event::{Event, MetadataStatus, Outcome, WrittenBy};
 use sandlog_core::{ManualClock, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
-use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
-use sandlog_projections::{query, rebuild};
+use sandlog_eventstore::ExpectedVersion;
+use sandlog_sqlite::query;
+use sandlog_sqlite::rebuild;
+use sandlog_sqlite::{Durability, EventStore, OpenOptions};
 use sandlog_tests::events::{
     DAY, T0, TestResult, adopted, created_with_labels, delete_requested, executed, file_deleted,
     new_events, prune_requested, prune_run_completed, pruned, reconcile_run_completed,

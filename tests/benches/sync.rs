@@ -16,9 +16,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sandlog_eventstore::Durability;
 use sandlog_runtime::native::{STAT_CACHE_RACY_WINDOW, stat_cache_path};
 use sandlog_runtime::{Engine, EngineOptions, NewSession};
+use sandlog_sqlite::Durability;
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 

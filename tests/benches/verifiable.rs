@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use sandlog_core::note::SignerKey;
 use sandlog_core::{ManualClock, NewEvent, Position, StreamId, Timestamp};
-use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::ExpectedVersion;
 use sandlog_runtime::proofs::verify_bundle;
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest};
+use sandlog_sqlite::{Durability, EventStore, OpenOptions};
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 

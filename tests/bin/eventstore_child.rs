@@ -30,7 +30,8 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use sandlog_core::{EventId, NewEvent, SessionId, StreamId, StreamVersion};
-use sandlog_eventstore::{EventStore, EventStoreError, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
+use sandlog_sqlite::{EventStore, OpenOptions};
 
 /// Most conflicts one shared append may meet before the child gives up:
 /// with a handful of writers each conflict means another writer made

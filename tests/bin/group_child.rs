@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use sandlog_core::{EventId, NewEvent, SessionId, StreamVersion};
-use sandlog_eventstore::{EventStore, ExpectedVersion, OpenOptions};
+use sandlog_eventstore::ExpectedVersion;
+use sandlog_sqlite::{EventStore, OpenOptions};
 
 const USAGE: &str = "usage: group-child DB THREADS";
 

@@ -16,8 +16,8 @@ use std::error::Error;
 use std::io::{BufRead, Write};
 
 use sandlog_core::{EventId, NewEvent, SessionId, StreamId, StreamVersion};
-use sandlog_eventstore::postgres::PgEventStore;
 use sandlog_eventstore::{EventStoreError, ExpectedVersion};
+use sandlog_postgres::PgEventStore;
 
 /// Most conflicts one shared append may meet before the child gives up:
 /// each conflict means another writer made progress, so this many means

@@ -20,9 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandlog_core::{EventId, NewEvent, SessionId, StreamId};
-use sandlog_eventstore::{
-    Durability, EventStore, ExpectedVersion, LogFilter, OpenOptions, SubscribeFrom,
-};
+use sandlog_eventstore::{ExpectedVersion, LogFilter};
+use sandlog_sqlite::{Durability, EventStore, OpenOptions, SubscribeFrom};
 
 /// Session streams the appender spreads its events over (with `system`),
 /// so the follower sees interleaved streams, as a real log has.

@@ -16,10 +16,10 @@ use sandlog_core::{
     Clock, Envelope, Hash, ManualClock, NewEvent, Position, SessionId, StreamId, StreamVersion,
 };
 use sandlog_eventstore::blobs::CHUNK_BYTES;
-use sandlog_eventstore::postgres::{PgEventStore, PgOptions};
 use sandlog_eventstore::{
     Backend, BlobState, ChainProblem, Digest, EventStoreError, ExpectedVersion, LogFilter,
 };
+use sandlog_postgres::{PgEventStore, PgOptions};
 use sandlog_tests::pg::{self, PgDatabase};
 use sandlog_tests::{TEST_EPOCH, TempStore, new_event, new_event_bytes, temp_store};
 use serde_json::json;

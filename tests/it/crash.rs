@@ -147,7 +147,7 @@ fn sigkill_during_a_batched_prune_leaves_each_session_kept_or_finished() -> Test
         let setup = Engine::open(
             &root,
             sandlog_runtime::EngineOptions {
-                durability: sandlog_eventstore::Durability::Normal,
+                durability: sandlog_sqlite::Durability::Normal,
                 ..sandlog_runtime::EngineOptions::default()
             },
         )?;

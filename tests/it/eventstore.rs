@@ -28,8 +28,10 @@ use sandlog_core::{
     chain_hash,
 };
 use sandlog_eventstore::{
-    APPLICATION_ID, AppendHook, ChainProblem, Digest, Durability, EventStore, EventStoreError,
-    ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS, SCHEMA_VERSION,
+    ChainProblem, Digest, EventStoreError, ExpectedVersion, LogFilter, PAGE_EVENTS,
+};
+use sandlog_sqlite::{
+    APPLICATION_ID, AppendHook, Durability, EventStore, OpenOptions, SCHEMA_VERSION, SqlResult,
 };
 use sandlog_tests::{
     StreamPool, TEST_EPOCH, TempStore, check_log_shape, envelopes, new_event, new_event_bytes,
@@ -2250,11 +2252,14 @@ impl AppendHook for TableHook {
 
 fn hook_rows(store: &EventStore) -> Result<Vec<(i64, String)>, EventStoreError> {
     store.with_reader(|connection| {
-        let mut statement =
-            connection.prepare("SELECT position, kind FROM hook_log ORDER BY position")?;
+        let mut statement = connection
+            .prepare("SELECT position, kind FROM hook_log ORDER BY position")
+            .sql()?;
         let rows = statement
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<Result<Vec<_>, _>>()?;
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .sql()?
+            .collect::<Result<Vec<_>, _>>()
+            .sql()?;
         Ok(rows)
     })
 }
@@ -2272,9 +2277,11 @@ fn hook_writes_commit_with_the_events_and_a_failing_hook_rolls_back() -> TestRes
     let mut temp = temp_store()?;
     temp.store
         .with_write_transaction(|transaction| -> Result<(), EventStoreError> {
-            transaction.execute_batch(
-                "CREATE TABLE hook_log (position INTEGER PRIMARY KEY, kind TEXT NOT NULL)",
-            )?;
+            transaction
+                .execute_batch(
+                    "CREATE TABLE hook_log (position INTEGER PRIMARY KEY, kind TEXT NOT NULL)",
+                )
+                .sql()?;
             Ok(())
         })?;
     let hook = Arc::new(TableHook::default());
@@ -2338,9 +2345,11 @@ fn a_batch_over_several_streams_keeps_every_append_invariant() -> TestResult {
     let mut temp = temp_store()?;
     temp.store
         .with_write_transaction(|transaction| -> Result<(), EventStoreError> {
-            transaction.execute_batch(
-                "CREATE TABLE hook_log (position INTEGER PRIMARY KEY, kind TEXT NOT NULL)",
-            )?;
+            transaction
+                .execute_batch(
+                    "CREATE TABLE hook_log (position INTEGER PRIMARY KEY, kind TEXT NOT NULL)",
+                )
+                .sql()?;
             Ok(())
         })?;
     let hook = Arc::new(TableHook::default());
@@ -2832,6 +2841,7 @@ fn synchronous_setting(store: &EventStore) -> TestResult<(i64, i64)> {
     let writer: i64 = store.with_write_transaction(|transaction| {
         transaction
             .query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .sql()
             .map_err(EventStoreError::from)
     })?;
     let reader: i64 = store.with_reader(|connection| {
@@ -2914,11 +2924,45 @@ fn the_writer_spills_statement_journals_to_a_file() -> TestResult {
     let writer: i64 =
         temp.store
             .with_write_transaction(|transaction| -> Result<i64, EventStoreError> {
-                Ok(transaction.query_row("PRAGMA temp_store", [], |row| row.get(0))?)
+                Ok(transaction
+                    .query_row("PRAGMA temp_store", [], |row| row.get(0))
+                    .sql()?)
             })?;
     let reader: i64 = temp.store.with_reader(|connection| {
         connection.query_row("PRAGMA temp_store", [], |row| row.get(0))
     })?;
     assert_eq!((writer, reader), (1, 2));
+    Ok(())
+}
+
+/// Goal: a stored integer no sandlog writes (a blob's negative size) is an
+/// integrity failure naming its column, never read as zero.
+/// Method: one blob; its index row's `size` set to -1 by a tamperer; its
+/// state is refused with `StoredValue` naming `blob_index.size`, of the
+/// integrity class.
+#[test]
+fn a_negative_stored_size_is_an_integrity_error_naming_its_column() -> TestResult {
+    let temp = temp_store()?;
+    let hash = temp.store.put_blob(b"some evidence")?;
+    let tamperer = temp.tamperer()?;
+    let changed = tamperer.execute("UPDATE blob_index SET size = -1", [])?;
+    assert_eq!(changed, 1);
+
+    let error = temp
+        .store
+        .blob_state(&hash)
+        .expect_err("a negative size must be refused");
+    assert!(
+        matches!(
+            error,
+            EventStoreError::StoredValue {
+                column: "blob_index.size",
+                value: -1
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.is_integrity(), "{error}");
+    assert_eq!(error.kind(), "integrity");
     Ok(())
 }

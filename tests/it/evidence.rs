@@ -30,9 +30,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sandlog_core::event::NotKept;
 use sandlog_core::{Event, Hash, Position, PrunePolicy, SessionId, WorkspacePath};
-use sandlog_eventstore::{BlobState, EventStore};
+use sandlog_eventstore::BlobState;
 use sandlog_projections::{Cut, replay};
 use sandlog_runtime::{Engine, ExecRequest, LimitOverrides, RuntimeError};
+use sandlog_sqlite::EventStore;
 use sandlog_tests::engine::RawLog;
 use sandlog_tests::engine::TestRoot;
 

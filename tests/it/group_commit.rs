@@ -10,7 +10,7 @@ use std::io::BufRead;
 use std::process::{Command, Stdio};
 
 use sandlog_core::Position;
-use sandlog_eventstore::{EventStore, OpenOptions};
+use sandlog_sqlite::{EventStore, OpenOptions, SqlResult};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -115,6 +115,7 @@ fn a_lone_append_syncs_once_and_leaves_the_writer_at_full() -> TestResult {
         let synchronous: i64 = store.with_write_transaction(|transaction| {
             transaction
                 .query_row("PRAGMA synchronous", [], |row| row.get(0))
+                .sql()
                 .map_err(sandlog_eventstore::EventStoreError::from)
         })?;
         assert_eq!(synchronous, 2, "the writer is left at FULL");
@@ -123,7 +124,7 @@ fn a_lone_append_syncs_once_and_leaves_the_writer_at_full() -> TestResult {
     let normal = EventStore::open(
         &dir.path().join("normal.db"),
         OpenOptions {
-            durability: sandlog_eventstore::Durability::Normal,
+            durability: sandlog_sqlite::Durability::Normal,
             ..OpenOptions::default()
         },
     )?;

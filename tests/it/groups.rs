@@ -295,7 +295,7 @@ fn groups_scope_listing_and_prune() -> TestResult {
         root.clock.advance(Duration::from_secs(60));
     }
     let loose = root.engine.create_session(BTreeMap::new())?.session_id;
-    let ids = |sessions: Vec<sandlog_projections::query::SessionSummary>| -> Vec<SessionId> {
+    let ids = |sessions: Vec<sandlog_sqlite::query::SessionSummary>| -> Vec<SessionId> {
         sessions
             .into_iter()
             .map(|session| session.session_id)

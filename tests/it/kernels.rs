@@ -171,6 +171,39 @@ fn a_timeout_restarts_the_kernel() -> TestResult {
     )
 }
 
+/// Goal: a warm execution waiting in the host on a FIFO of its workspace
+/// (where no epoch check reaches it) still ends as `timeout` at its
+/// deadline, reported by the kernel itself rather than abandoned with its
+/// thread stuck, and the kernel restarts. Method: a real FIFO placed in the
+/// workspace from outside; the guest opens it for reading under 500 ms.
+#[test]
+fn a_warm_execution_blocked_on_a_fifo_times_out() -> TestResult {
+    let root = TestRoot::new()?;
+    let pool = KernelPool::new(KernelLimits::default());
+    let id = root.engine.create_session(BTreeMap::new())?.session_id;
+    run(&pool, &root, id, "x = 1");
+    let fifo = root.engine.layout().workspace(id).join("pipe");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+    assert!(made.success(), "mkfifo: {made}");
+    let limits = LimitOverrides {
+        timeout: Some(Duration::from_millis(500)),
+        ..LimitOverrides::default()
+    };
+    let hit = pool.execute(
+        &root.engine,
+        id,
+        &with_limits("print(open('/app/pipe').read())", limits),
+    )?;
+    assert_eq!(hit.execution.outcome, Outcome::Timeout);
+    let message = hit.execution.message.clone().unwrap_or_default();
+    assert!(!message.contains("abandoned"), "{message}");
+    std::fs::remove_file(&fifo)?;
+    let next = run(&pool, &root, id, "print(2)");
+    assert_eq!(next.execution.stdout, b"2\n");
+    assert_verifies(&root);
+    Ok(())
+}
+
 /// Goal: a warm execution's fuel is its own (reset per execution): a loop
 /// runs out of it, and the kernel restarts. Method: 200 M fuel, busy loop.
 #[test]

@@ -290,7 +290,7 @@ fn prune_skips_session_used_during_run() -> TestResult {
     // Pick candidates as the run will, then use the session in between by
     // going through a second engine on the same root (another process).
     let policy = PrunePolicy::older_than(24 * HOUR);
-    let plan = sandlog_projections::query::prune_candidates(
+    let plan = sandlog_sqlite::query::prune_candidates(
         &root.engine.raw_log()?,
         &policy,
         sandlog_core::Clock::now(&root.clock),
@@ -373,7 +373,7 @@ fn a_prune_batch_is_sized_by_the_descriptor_limit() {
 /// power).
 fn quick_engine(root: &TestRoot) -> Result<sandlog_runtime::Engine, RuntimeError> {
     let mut options = sandlog_tests::engine::options(&root.clock);
-    options.durability = sandlog_runtime::eventstore::Durability::Normal;
+    options.durability = sandlog_runtime::sqlite::Durability::Normal;
     sandlog_runtime::Engine::open(root.path(), options)
 }
 
@@ -577,7 +577,7 @@ fn a_session_used_in_a_later_batch_is_kept_and_earlier_completions_recorded() ->
     root.clock.advance(48 * HOUR);
     root.engine = batched_engine(&root, batch)?;
     let policy = PrunePolicy::older_than(24 * HOUR);
-    let plan = sandlog_projections::query::prune_candidates(
+    let plan = sandlog_sqlite::query::prune_candidates(
         &root.engine.raw_log()?,
         &policy,
         sandlog_core::Clock::now(&root.clock),
@@ -766,7 +766,7 @@ fn reconcile_finishes_intents_quarantines_orphans_and_is_idempotent() -> TestRes
 
     let again = root.engine.reconcile(&reconcile_now(), NO_PROGRESS)?;
     assert!(again.actions.is_empty(), "{:?}", again.actions);
-    let stats = sandlog_projections::query::stats(&root.engine.raw_log()?)?;
+    let stats = sandlog_sqlite::query::stats(&root.engine.raw_log()?)?;
     assert_eq!(stats.cleanup.orphans_quarantined, 1);
     assert_eq!(stats.cleanup.reconcile_runs, 1);
     assert_eq!(

@@ -15,6 +15,9 @@ mod eventstore;
 /// Evidence: restore at every position, SIGKILL while keeping evidence,
 /// erasure, holds, forks.
 mod evidence;
+/// Every parser of outside input without a server, fuzzed from the seed
+/// corpus in `tests/fuzz/corpus/`.
+mod fuzz;
 /// Group commit: concurrent appends share an fsync; SIGKILL loses
 /// nothing acknowledged.
 mod group_commit;

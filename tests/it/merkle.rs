@@ -8,7 +8,8 @@
 use proptest::prelude::*;
 use sandlog_core::merkle::{self, Frontier, MerkleHash};
 use sandlog_core::{Position, StreamId};
-use sandlog_eventstore::{EventStore, EventStoreError, ExpectedVersion};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion};
+use sandlog_sqlite::EventStore;
 use sandlog_tests::{StreamPool, new_event, open_options, temp_store};
 use serde_json::json;
 

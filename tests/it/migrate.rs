@@ -12,12 +12,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandlog_core::{Envelope, Position, PrunePolicy, WorkspacePath};
-use sandlog_eventstore::postgres::PgEventStore;
-use sandlog_eventstore::{
-    Backend, BlobState, ChainProblem, EventStore, EventStoreError, LogFilter, OpenOptions,
-};
+use sandlog_eventstore::{Backend, BlobState, ChainProblem, EventStoreError, LogFilter};
+use sandlog_postgres::PgEventStore;
 use sandlog_runtime::migrate::{LogLocation, migrate};
 use sandlog_runtime::{Engine, ExecRequest, RuntimeError};
+use sandlog_sqlite::{EventStore, OpenOptions};
 use sandlog_tests::engine::{FixtureError, TestRoot, options};
 use sandlog_tests::pg;
 

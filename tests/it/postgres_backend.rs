@@ -13,10 +13,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use sandlog_core::{EventId, Position, SessionId, StreamId};
-use sandlog_eventstore::postgres::{
-    APPEND_ATTEMPTS_MAX, AppendLock, PgEventStore, PgOptions, SCHEMA_VERSION,
-};
 use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter};
+use sandlog_postgres::{APPEND_ATTEMPTS_MAX, AppendLock, PgEventStore, PgOptions, SCHEMA_VERSION};
 use sandlog_tests::pg::{self, PgDatabase};
 use sandlog_tests::{check_log_shape, new_event};
 use serde_json::json;

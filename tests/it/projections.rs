@@ -16,12 +16,10 @@ use sandlog_core::event::{MetadataStatus, Outcome, WrittenBy};
 use sandlog_core::{Position, PrunePolicy, SessionId, StreamId, Timestamp};
 use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::prune::{self, ActiveSession, LEGACY_SKIP_REASON, SelectedBy};
-use sandlog_projections::query::{self, FileView, TreeNode};
 use sandlog_projections::replay::{self, Cut};
-use sandlog_projections::{
-    CatchUpReport, ProjectionError, READ_MODEL_VERSION, SessionStatus, State, checkpoint_position,
-    rebuild,
-};
+use sandlog_projections::{ProjectionError, SessionStatus, State};
+use sandlog_sqlite::query::{self, FileView, TreeNode};
+use sandlog_sqlite::{CatchUpReport, READ_MODEL_VERSION, SqlResult, checkpoint_position, rebuild};
 use sandlog_tests::events::{
     DAY, HISTORY_SESSIONS, HOUR, ProjectionStore, Step, T0, TestResult, UNKNOWN_KIND, adopted,
     created, created_with_labels, delete_requested, executed, file_deleted, hash_of, history,
@@ -707,7 +705,7 @@ fn unknown_event_kinds_are_skipped_by_fold_read_model_and_rebuild() -> TestResul
 /// session and in a stream that was never created; the reference queries.
 #[test]
 fn blob_references_are_found_by_session_and_by_hash() -> TestResult {
-    use sandlog_projections::evidence;
+    use sandlog_sqlite::evidence;
     let harness = ProjectionStore::new(true)?;
     let known = harness.create_session()?;
     harness.append_to(known, &[written(&path("a.txt")?, 3, WrittenBy::Host)])?;
@@ -1259,7 +1257,7 @@ fn read_model_behind_the_log_catches_up_on_install() -> TestResult {
 /// install, with nothing to rebuild, says nothing.
 #[test]
 fn a_read_model_rebuild_is_announced() -> TestResult {
-    use sandlog_eventstore::{EventStore, OpenOptions};
+    use sandlog_sqlite::{EventStore, OpenOptions};
     let harness = ProjectionStore::new(true)?;
     let appended = mixed_history(&harness)?;
     let path = harness.path();
@@ -1270,10 +1268,10 @@ fn a_read_model_rebuild_is_announced() -> TestResult {
     let (harness, _) = harness.reopen(false)?;
     let (observer, told) = sandlog_tests::upgrade_recorder();
     let mut store = EventStore::open(&path, OpenOptions::default())?;
-    let report = sandlog_projections::install_observed(&mut store, Some(&observer))?;
+    let report = sandlog_sqlite::install_observed(&mut store, Some(&observer))?;
     assert!(report.rebuilt);
     let mut again = EventStore::open(&path, OpenOptions::default())?;
-    let report = sandlog_projections::install_observed(&mut again, Some(&observer))?;
+    let report = sandlog_sqlite::install_observed(&mut again, Some(&observer))?;
     assert!(!report.rebuilt);
     let v = READ_MODEL_VERSION;
     let told = told.lock().map_err(|_| "observer lock poisoned")?.clone();
@@ -1422,14 +1420,15 @@ fn long_rebuilds_fold_on_two_threads_and_stay_exact_beside_other_writers() -> Te
             .len() as u64;
     }
     assert!(
-        appended > sandlog_projections::read_model::CATCH_UP_CHUNK_EVENTS as u64,
+        appended > sandlog_sqlite::read_model::CATCH_UP_CHUNK_EVENTS as u64,
         "the log must span more than one chunk: {appended} events"
     );
 
-    let cache_size = |store: &sandlog_eventstore::EventStore| {
+    let cache_size = |store: &sandlog_sqlite::EventStore| {
         store.with_write_transaction(|transaction| {
             transaction
                 .query_row("PRAGMA cache_size", [], |row| row.get::<_, i64>(0))
+                .sql()
                 .map_err(sandlog_eventstore::EventStoreError::from)
         })
     };
@@ -1672,5 +1671,43 @@ fn replay_by_time_and_position_shows_files_as_they_were() -> TestResult {
     assert_eq!(then.position, positions[2]);
     let envelopes = harness.envelopes()?;
     assert_eq!(then, State::fold(envelopes.iter().take(3)));
+    Ok(())
+}
+
+/// Goal: a stored count the read model cannot hold (a negative size) is
+/// an integrity failure naming its column, never read as zero.
+/// Method: one session; its row's `bytes` set to -1 behind the fold's
+/// back; the summary, the session with its files and the statistics are
+/// each refused with `read_model_corrupt` naming the column.
+#[test]
+fn a_negative_stored_count_is_a_corrupt_read_model_naming_its_column() -> TestResult {
+    let harness = ProjectionStore::new(true)?;
+    let session_id = SessionId::new_v4();
+    harness.append_to(session_id, &[created_with_labels(session_id, &[])])?;
+    harness
+        .store
+        .with_write_transaction(|transaction| -> Result<(), ProjectionError> {
+            transaction
+                .execute("UPDATE rm_sessions SET bytes = -1", [])
+                .sql()?;
+            Ok(())
+        })?;
+
+    let refusals = [
+        ("summary", query::session(&harness.store, session_id).err()),
+        (
+            "session with files",
+            query::session_with_files(&harness.store, session_id).err(),
+        ),
+        ("statistics", query::stats(&harness.store).err()),
+    ];
+    for (what, error) in refusals {
+        let error = error.unwrap_or_else(|| panic!("the {what} must be refused"));
+        assert_eq!(error.kind(), "read_model_corrupt", "{what}: {error}");
+        assert!(
+            matches!(&error, ProjectionError::Corrupt(reason) if reason.contains("bytes") && reason.contains("-1")),
+            "{what}: the column and its value are named: {error}"
+        );
+    }
     Ok(())
 }

@@ -426,7 +426,7 @@ fn audit_catches_a_tampered_map_root_and_a_forked_checkpoint() -> TestResult {
     let fork_db = fork_dir.path().join("fork.db");
     rusqlite::Connection::open(root.path().join("sandlog.db"))?
         .execute("VACUUM INTO ?1", [fork_db.to_string_lossy()])?;
-    let fork = sandlog_eventstore::EventStore::open(&fork_db, Default::default())?;
+    let fork = sandlog_sqlite::EventStore::open(&fork_db, Default::default())?;
     let base = fork.head()?.position.0;
     fork.append(
         sandlog_core::StreamId::System,

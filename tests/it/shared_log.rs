@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use sandlog_core::{ManualClock, Outcome, Position, Timestamp, WorkspacePath};
-use sandlog_eventstore::postgres::PgEventStore;
-use sandlog_eventstore::{Backend, EventStore, LogFilter, OpenOptions};
+use sandlog_eventstore::{Backend, LogFilter};
+use sandlog_postgres::PgEventStore;
 use sandlog_projections::replay::Cut;
 use sandlog_runtime::history::ExecSelector;
 use sandlog_runtime::{Engine, EngineOptions, ExecRequest, RuntimeError};
+use sandlog_sqlite::{EventStore, OpenOptions};
 use sandlog_tests::engine::{FixtureError, TEST_EPOCH_MICROS, options};
 use sandlog_tests::pg;
 

@@ -15,10 +15,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use sandlog_core::{Position, StreamId};
-use sandlog_eventstore::{
-    EventStore, EventStoreError, ExpectedVersion, LogFilter, OpenOptions, PAGE_EVENTS,
-    SubscribeFrom,
-};
+use sandlog_eventstore::{EventStoreError, ExpectedVersion, LogFilter, PAGE_EVENTS};
+use sandlog_sqlite::{EventStore, OpenOptions, SubscribeFrom};
 use sandlog_tests::{new_event, temp_store};
 use serde_json::json;
 
@@ -36,7 +34,7 @@ fn append(store: &EventStore, kind: &str, count: usize) -> TestResult {
 }
 
 /// Drains what a subscription has now.
-fn drain(subscription: &mut sandlog_eventstore::Subscription<'_>) -> TestResult<Vec<u64>> {
+fn drain(subscription: &mut sandlog_sqlite::Subscription<'_>) -> TestResult<Vec<u64>> {
     let mut positions = Vec::new();
     while let Some(envelope) = subscription.next_event(Duration::ZERO)? {
         positions.push(envelope.position.0);
@@ -426,7 +424,7 @@ fn a_follower_in_another_process_gets_every_event_once_and_resumes_after_sigkill
     }
     appender.finish_appender(EVENTS)?;
     // Nothing more, and nothing twice.
-    std::thread::sleep(sandlog_eventstore::SUBSCRIBE_POLL * 3);
+    std::thread::sleep(sandlog_sqlite::SUBSCRIBE_POLL * 3);
     assert!(
         follower.lines.try_recv().is_err(),
         "the follower printed past the log's end"

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandlog_core::{ManualClock, SessionId, StreamId, Timestamp};
-use sandlog_eventstore::{EventStore, OpenOptions};
 use sandlog_projections::ProjectionError;
 use sandlog_runtime::{Engine, EngineOptions};
+use sandlog_sqlite::{EventStore, OpenOptions};
 
 /// The log of an engine's root opened beside the engine, as another
 /// process would open it: a second connection to the same file, on the
@@ -25,7 +25,7 @@ impl RawLog for Engine {
         let mut options = OpenOptions::default().clock(self.clock().clone());
         options.create = false;
         let mut store = EventStore::open(&self.layout().database, options)?;
-        sandlog_projections::install(&mut store)?;
+        sandlog_sqlite::install(&mut store)?;
         Ok(store)
     }
 }

@@ -25,8 +25,10 @@ use sandlog_core::{
     Envelope, EventId, Hash, ManualClock, NewEvent, PrunePolicy, SessionId, StreamId, Timestamp,
     WorkspacePath,
 };
-use sandlog_eventstore::{Durability, EventStore, ExpectedVersion, LogFilter, OpenOptions};
-use sandlog_projections::{CatchUpReport, SessionStatus, State, StoreStats};
+use sandlog_eventstore::{ExpectedVersion, LogFilter};
+use sandlog_projections::{SessionStatus, State, StoreStats};
+use sandlog_sqlite::CatchUpReport;
+use sandlog_sqlite::{Durability, EventStore, OpenOptions};
 use tempfile::TempDir;
 use uuid::Uuid;
 
@@ -406,14 +408,14 @@ fn open_store(
         .durability(Durability::Normal);
     let mut store = EventStore::open(path, options)?;
     let report = if read_model {
-        Some(sandlog_projections::install(&mut store)?)
+        Some(sandlog_sqlite::install(&mut store)?)
     } else {
         None
     };
     Ok((store, report))
 }
 
-/// What [`sandlog_projections::query::stats`] should say about `state`:
+/// What [`sandlog_sqlite::query::stats`] should say about `state`:
 /// the same counts, computed from the in-memory fold.
 pub fn stats_of(state: &State) -> StoreStats {
     let mut sessions = BTreeMap::new();

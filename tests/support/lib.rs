@@ -17,9 +17,8 @@ use sandlog_core::{
     Envelope, EventId, ManualClock, NewEvent, Position, SessionId, StreamId, StreamVersion,
     Timestamp,
 };
-use sandlog_eventstore::{
-    Durability, EventStore, EventStoreError, OpenOptions, Upgrade, UpgradeEvent, UpgradeObserver,
-};
+use sandlog_eventstore::EventStoreError;
+use sandlog_sqlite::{Durability, EventStore, OpenOptions, Upgrade, UpgradeEvent, UpgradeObserver};
 
 /// The instant every test clock starts at (2023-11-14T22:13:20Z): fixed, so
 /// `recorded_at` values are reproducible.

@@ -2,9 +2,10 @@
 
 use sandlog_runtime::Engine;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
-use sandlog_runtime::eventstore::{Digest, LogFilter, SUBSCRIBE_POLL, SubscribeFrom};
+use sandlog_runtime::eventstore::{Digest, LogFilter};
 use sandlog_runtime::projections::SessionSummary;
 use sandlog_runtime::projections::replay::Cut;
+use sandlog_runtime::sqlite::{SUBSCRIBE_POLL, SubscribeFrom};
 use serde_json::json;
 
 use crate::args::{LogArgs, MigrateArgs, ReplayArgs, VerifyArgs};
@@ -196,7 +197,7 @@ fn log_consumer(
 /// the next event is asked for, which is what lets a consumer's checkpoint
 /// move past it.
 fn follow(
-    mut subscription: sandlog_runtime::eventstore::Subscription<'_>,
+    mut subscription: sandlog_runtime::sqlite::Subscription<'_>,
     output: &Output,
     node: &str,
 ) -> Result<u8, CliError> {

@@ -24,6 +24,28 @@ fn size_warning(exceeded: Option<SizeExceeded>) {
     }
 }
 
+/// Names what the scan could not read (at most a few paths, then a count).
+fn unreadable_warning(unreadable: &[sandlog_runtime::core::WorkspacePath]) {
+    const NAMED: usize = 5;
+    if unreadable.is_empty() {
+        return;
+    }
+    let mut names: Vec<String> = unreadable
+        .iter()
+        .take(NAMED)
+        .map(|path| render::escape_for_terminal(path.as_str()).into_owned())
+        .collect();
+    if unreadable.len() > NAMED {
+        names.push(format!("and {} more", unreadable.len() - NAMED));
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "sandlog: warning: {} path(s) could not be read and are recorded without their contents (content_kept false, reason unreadable): {}; make them readable to this user and run `sandlog session sync`",
+        unreadable.len(),
+        names.join(", ")
+    );
+}
+
 pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliError> {
     let session_id = super::session_id(engine, &args.id)?;
     let options = NativeOptions {
@@ -66,6 +88,7 @@ pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliErr
             "files_written": run.files_written,
             "files_deleted": run.files_deleted,
             "files_changed_total": run.files_changed_total,
+            "unreadable": run.unreadable,
             "limit": run.limit,
             "scan_ms": run.scan_ms,
             "stdout_truncated": run.stdout_truncated,
@@ -104,6 +127,7 @@ pub fn run(engine: &Engine, args: RunArgs, output: &Output) -> Result<u8, CliErr
         }
     }
     size_warning(run.size_exceeded);
+    unreadable_warning(&run.unreadable);
     Ok(if run.failed() { EXIT_GUEST_FAILURE } else { 0 })
 }
 
@@ -117,6 +141,7 @@ pub fn sync(engine: &Engine, id: &str, output: &Output) -> Result<u8, CliError> 
             "files_written": report.files_written,
             "files_deleted": report.files_deleted,
             "files_changed_total": report.files_changed_total,
+            "unreadable": report.unreadable,
             "limit": report.limit,
             "files_seen": report.files_seen,
             "files_hashed": report.files_hashed,
@@ -156,5 +181,6 @@ pub fn sync(engine: &Engine, id: &str, output: &Output) -> Result<u8, CliError> 
         output.line(&summary)?;
     }
     size_warning(report.size_exceeded);
+    unreadable_warning(&report.unreadable);
     Ok(0)
 }

@@ -39,7 +39,7 @@ pub const STORED_LEVEL_MIN: u8 = 4;
 
 /// The right edge of the tree as of the last append this process made.
 #[derive(Debug, Default)]
-pub(crate) struct FrontierCache(Mutex<Option<Frontier>>);
+pub struct FrontierCache(Mutex<Option<Frontier>>);
 
 impl FrontierCache {
     fn lock(&self) -> MutexGuard<'_, Option<Frontier>> {
@@ -51,7 +51,7 @@ impl FrontierCache {
     }
 
     /// The cached frontier if it is for a tree of `size` leaves.
-    pub(crate) fn take_if(&self, size: u64) -> Option<Frontier> {
+    pub fn take_if(&self, size: u64) -> Option<Frontier> {
         let mut cached = self.lock();
         match cached.as_ref() {
             Some(frontier) if frontier.size() == size => cached.take(),
@@ -60,17 +60,18 @@ impl FrontierCache {
     }
 
     /// Remembers the frontier after a commit.
-    pub(crate) fn put(&self, frontier: Frontier) {
+    pub fn put(&self, frontier: Frontier) {
         *self.lock() = Some(frontier);
     }
 
     /// Forgets it (after a rebuild, or a failed append).
-    pub(crate) fn clear(&self) {
+    pub fn clear(&self) {
         *self.lock() = None;
     }
 }
 
-pub(crate) fn missing_node(id: NodeId) -> EventStoreError {
+/// The error for a stored node the tree needs but does not hold.
+pub fn missing_node(id: NodeId) -> EventStoreError {
     EventStoreError::MerkleDamaged {
         reason: format!(
             "node level {} index {} is missing; rebuild the tree from the events",
@@ -87,7 +88,7 @@ impl From<MerkleError> for EventStoreError {
 
 /// A stored node's hash from its column: 32 bytes, else the stored tree
 /// is damaged. Shared by every backend.
-pub(crate) fn stored_node_hash(id: NodeId, bytes: &[u8]) -> Result<MerkleHash> {
+pub fn stored_node_hash(id: NodeId, bytes: &[u8]) -> Result<MerkleHash> {
     let hash: [u8; 32] = bytes
         .try_into()
         .map_err(|_| EventStoreError::MerkleDamaged {
@@ -98,7 +99,7 @@ pub(crate) fn stored_node_hash(id: NodeId, bytes: &[u8]) -> Result<MerkleHash> {
 
 /// The leaves `start..end` a node below the stored levels covers.
 /// Shared by every backend.
-pub(crate) fn leaf_span(id: NodeId) -> Result<(u64, u64)> {
+pub fn leaf_span(id: NodeId) -> Result<(u64, u64)> {
     let span = 1u64 << id.level;
     let start = id.index.checked_mul(span).ok_or_else(|| missing_node(id))?;
     let end = start.checked_add(span).ok_or_else(|| missing_node(id))?;
@@ -109,7 +110,7 @@ pub(crate) fn leaf_span(id: NodeId) -> Result<(u64, u64)> {
 /// of the events it covers (see [`leaf_span`]). Pure: every backend reads
 /// the hashes its own way and folds them here, so roots and proofs agree
 /// across backends.
-pub(crate) fn subtree_of_events(id: NodeId, leaves: &[Hash]) -> Result<MerkleHash> {
+pub fn subtree_of_events(id: NodeId, leaves: &[Hash]) -> Result<MerkleHash> {
     let mut level: Vec<MerkleHash> = leaves
         .iter()
         .map(|hash| merkle::leaf_hash(&hash.0))
@@ -130,7 +131,7 @@ pub(crate) fn subtree_of_events(id: NodeId, leaves: &[Hash]) -> Result<MerkleHas
 /// The nodes a backend stores when `leaf` (an event's chain hash) is
 /// appended to `frontier`: the completed ones at levels
 /// [`STORED_LEVEL_MIN`] and up.
-pub(crate) fn nodes_to_store(
+pub fn nodes_to_store(
     frontier: &mut Frontier,
     leaf: &Hash,
 ) -> impl Iterator<Item = (NodeId, MerkleHash)> {
@@ -153,7 +154,7 @@ pub struct StoredCheckpoint {
     pub recorded_at: sandlog_core::Timestamp,
 }
 
-/// What [`EventStore::verify_merkle`](crate::EventStore::verify_merkle) found.
+/// What `sandlog_sqlite::EventStore::verify_merkle` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MerkleReport {
     /// Leaves (events) covered.
@@ -168,7 +169,7 @@ pub struct MerkleReport {
 /// tree of the first `size` events of a log of `head` events: refused when
 /// `size` is past the head or `position` is 0 (positions start at 1). Both
 /// stores ask this before building the proof.
-pub(crate) fn inclusion_index(position: Position, size: u64, head: u64) -> Result<u64> {
+pub fn inclusion_index(position: Position, size: u64, head: u64) -> Result<u64> {
     check_tree_size(size, head)?;
     Ok(position
         .0
@@ -178,7 +179,7 @@ pub(crate) fn inclusion_index(position: Position, size: u64, head: u64) -> Resul
 
 /// Refuses a tree of `size` leaves past the head (a root, or the tree an
 /// inclusion proof is for).
-pub(crate) fn check_tree_size(size: u64, head: u64) -> Result<()> {
+pub fn check_tree_size(size: u64, head: u64) -> Result<()> {
     if size > head {
         return Err(MerkleError::BadSizes {
             old: size,
@@ -190,7 +191,7 @@ pub(crate) fn check_tree_size(size: u64, head: u64) -> Result<()> {
 }
 
 /// Refuses a consistency proof to a tree size `new` past the head.
-pub(crate) fn check_consistency_sizes(old: u64, new: u64, head: u64) -> Result<()> {
+pub fn check_consistency_sizes(old: u64, new: u64, head: u64) -> Result<()> {
     if new > head {
         return Err(MerkleError::BadSizes { old, new }.into());
     }
@@ -208,7 +209,7 @@ impl From<sandlog_core::map::MapError> for EventStoreError {
 /// The map changes one commit makes: each stream's last envelope among
 /// `envelopes` (in position order) becomes its head. Shared by every
 /// backend, so their maps agree.
-pub(crate) fn head_changes(envelopes: &[sandlog_core::Envelope]) -> Vec<([u8; 32], MerkleHash)> {
+pub fn head_changes(envelopes: &[sandlog_core::Envelope]) -> Vec<([u8; 32], MerkleHash)> {
     let mut heads = std::collections::HashMap::new();
     for envelope in envelopes {
         heads.insert(envelope.stream, envelope);
@@ -231,7 +232,7 @@ pub(crate) fn head_changes(envelopes: &[sandlog_core::Envelope]) -> Vec<([u8; 32
 
 /// A map node's stored columns: its kind (0 leaf, 1 internal) and two
 /// 32-byte values (key and value, or left and right).
-pub(crate) fn map_node_columns(node: &sandlog_core::map::MapNode) -> (i64, [u8; 32], [u8; 32]) {
+pub fn map_node_columns(node: &sandlog_core::map::MapNode) -> (i64, [u8; 32], [u8; 32]) {
     match node {
         sandlog_core::map::MapNode::Leaf { key, value } => (0, *key, value.0),
         sandlog_core::map::MapNode::Internal { left, right } => (1, left.0, right.0),
@@ -239,7 +240,7 @@ pub(crate) fn map_node_columns(node: &sandlog_core::map::MapNode) -> (i64, [u8; 
 }
 
 /// A map node from its stored columns, else the stored map is damaged.
-pub(crate) fn map_node_from_columns(
+pub fn map_node_from_columns(
     depth: u16,
     kind: i64,
     a: &[u8],

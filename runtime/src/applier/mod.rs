@@ -19,7 +19,7 @@ use sandlog_core::event::{
 use sandlog_core::limits::{DRIFT_EVENT_BYTES_MAX, DRIFT_ITEMS_MAX, DRIFT_ITEMS_PER_EVENT_MAX};
 use sandlog_core::{Hash, SessionId, StreamId};
 use sandlog_eventstore::{ExpectedVersion, LogFilter};
-use sandlog_projections::query;
+use sandlog_sqlite::query;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -86,9 +86,11 @@ pub struct ReconcileReport {
     pub reclaimed: crate::trash::Reclaimed,
 }
 
-/// The hash `reconcile --deep` gives a file it did not read because of
-/// its bounds (see [`Engine::deep_hashes`]): all zeros, which no content
-/// hashes to, so the file is reported changed (`actual` all zeros).
+/// The hash of a file whose bytes were not read: all zeros, which no
+/// content hashes to. `reconcile --deep` gives it to a file left unread by
+/// its bounds (see [`Engine::deep_hashes`]), so the file is reported
+/// changed (`actual` all zeros); a scan records it in the `file.written`
+/// of a file it may not read (reason `unreadable`).
 pub const NOT_HASHED: Hash = Hash([0; 32]);
 
 impl Engine {

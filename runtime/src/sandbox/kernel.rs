@@ -37,6 +37,7 @@ use super::output::CappedOutput;
 use super::poll::{GuestMonotonicClock, INNER_MODULE, POLL_ONEOFF};
 use super::quota::{self, Usage};
 use super::run::{self, Host, Interrupt, Outcome, RunReport, RunRequest};
+use super::ticker::Overdue;
 use super::wasi::{self, GuestStdio};
 use super::{LoadedModule, SandboxError, SandboxInner};
 
@@ -182,6 +183,9 @@ pub struct Kernel {
     stdout: CappedOutput,
     stderr: CappedOutput,
     workspace: std::path::PathBuf,
+    /// The directories the guest can open files under, for [`Overdue`].
+    open_dirs: Vec<std::path::PathBuf>,
+    overdue: Arc<Overdue>,
     alive: bool,
     memory_bytes: u64,
 }
@@ -249,6 +253,8 @@ impl Kernel {
             return Err(SandboxError::ForeignModule);
         }
         let instance_pre = sandbox.kernel_instance_pre(module)?;
+        let overdue = Arc::clone(&sandbox.overdue);
+        let open_dirs = request.open_dirs();
         let fuel = limits.fuel.unwrap_or(u64::MAX);
         let thread = std::thread::Builder::new()
             .name("sandlog-kernel".to_owned())
@@ -266,6 +272,8 @@ impl Kernel {
             stdout,
             stderr,
             workspace: request.workspace.to_path_buf(),
+            open_dirs,
+            overdue,
             alive: true,
             memory_bytes: 0,
         };
@@ -352,6 +360,12 @@ impl Kernel {
         let mut frame = Vec::with_capacity(input.len().saturating_add(8));
         frame.extend_from_slice(&(input.len() as u64).to_le_bytes());
         frame.extend_from_slice(&input);
+        // A frame blocked in a host call past its deadline is unblocked,
+        // so the kernel reports (ending in `timeout`) instead of being
+        // abandoned with its thread stuck.
+        let watch = self
+            .overdue
+            .watch(started + limits.timeout, self.open_dirs.clone());
         let sent = match (&self.frames, self.alive) {
             (Some(frames), true) => frames
                 .send(Frame {
@@ -369,6 +383,7 @@ impl Kernel {
         } else {
             Err(RecvTimeoutError::Disconnected)
         };
+        drop(watch);
         let duration = started.elapsed();
         let mut ended = None;
         let (outcome, exit_code, fuel_left, trap_message) = match received {

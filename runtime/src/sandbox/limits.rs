@@ -48,6 +48,25 @@ pub const TIMEOUT_MAX: Duration = Duration::from_secs(600);
 /// per 10 ms costs a guest well under 1% (it is a clock read and a compare).
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// How long after its deadline a run still blocked in a host call (a guest
+/// opening or reading a FIFO in its workspace waits in the kernel, where no
+/// epoch check reaches it) has its FIFOs unblocked, and how often again
+/// while it stays blocked.
+///
+/// Why 50 ms: a guest in wasm code ends within one [`EPOCH_TICK`] of its
+/// deadline and is never touched; only a run still going five ticks later
+/// is waiting in the host, and its timeout is then honoured within 50 ms.
+pub const UNBLOCK_AFTER: Duration = Duration::from_millis(50);
+
+/// Most directory entries one unblocking round visits across a run's
+/// workspace and mounts.
+///
+/// Why 100,000: a workspace of ordinary size is walked whole in a few
+/// milliseconds, while a pathological tree (up to
+/// [`SCAN_ENTRIES_DEFAULT`]) costs the unblocking thread a bounded walk per
+/// round; only a run already past its deadline pays it.
+pub const UNBLOCK_ENTRIES_MAX: u64 = 100_000;
+
 /// The smallest accepted timeout: one epoch tick, the timer's resolution.
 pub const TIMEOUT_MIN: Duration = EPOCH_TICK;
 

@@ -90,7 +90,7 @@ use self::limits::{CONCURRENT_RUNS_MAX, INSTANCES_PER_RUN, MEMORY_BYTES_MAX, TAB
 use self::module_hashes::{FileStamp, ModuleHashes};
 use self::poll::{INNER_MODULE, POLL_ONEOFF, WASI_MODULE};
 use self::run::Host;
-use self::ticker::EpochTicker;
+use self::ticker::{EpochTicker, Overdue};
 
 /// Runs WASI command modules under limits. Cheap to clone (all clones share
 /// one engine, cache and ticker); `Send + Sync`, so runs in different
@@ -137,6 +137,8 @@ pub(crate) struct SandboxInner {
     kernel: OnceLock<Result<(Linker<Host>, Module), String>>,
     /// Kernel pre-instantiations by module content.
     kernel_pres: Mutex<HashMap<blake3::Hash, InstancePre<Host>>>,
+    /// Runs that may be blocked in a host call past their deadline.
+    pub(crate) overdue: Arc<Overdue>,
     /// Advances the epoch; dropped (and joined) with the last clone.
     _ticker: EpochTicker,
 }
@@ -274,8 +276,9 @@ impl Sandbox {
                 path: cache_dir.to_path_buf(),
                 source,
             })?;
-        let ticker =
-            EpochTicker::start(engine.clone()).map_err(|source| SandboxError::Ticker { source })?;
+        let overdue = Arc::new(Overdue::default());
+        let ticker = EpochTicker::start(engine.clone(), Arc::clone(&overdue))
+            .map_err(|source| SandboxError::Ticker { source })?;
         Ok(Sandbox {
             inner: Arc::new(SandboxInner {
                 engine,
@@ -288,6 +291,7 @@ impl Sandbox {
                 observer,
                 kernel: OnceLock::new(),
                 kernel_pres: Mutex::new(HashMap::new()),
+                overdue,
                 _ticker: ticker,
             }),
         })

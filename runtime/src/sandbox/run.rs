@@ -70,6 +70,17 @@ impl<'a> RunRequest<'a> {
             limits: ExecLimits::default(),
         }
     }
+
+    /// Every host directory the guest can open files under.
+    pub(crate) fn open_dirs(&self) -> Vec<std::path::PathBuf> {
+        std::iter::once(self.workspace.to_path_buf())
+            .chain(
+                self.readonly_mounts
+                    .iter()
+                    .map(|mount| mount.host_path.clone()),
+            )
+            .collect()
+    }
 }
 
 /// How a run ended: the log's own [`Outcome`](sandlog_core::Outcome), so
@@ -218,6 +229,9 @@ pub(crate) fn run(
     let wasi = wasi::build_context(module.argv0(), &mut request, stdio)?;
 
     let host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
+    // Until the store is dropped the guest may be waiting in a host call
+    // that no epoch check reaches; past the deadline, that wait is ended.
+    let watch = sandbox.overdue.watch(host.deadline, request.open_dirs());
     let mut store = Store::new(&sandbox.engine, host);
     let fuel_initial = limits.fuel.unwrap_or(u64::MAX);
     install_limits(&mut store, fuel_initial)?;
@@ -248,6 +262,7 @@ pub(crate) fn run(
     // Release the instance (its pooling slot) and the guest's open files
     // before measuring the workspace.
     drop(store);
+    drop(watch);
 
     let ending = classify(call_result, memory_refused);
     let ending = match quota::measure(
