@@ -8,7 +8,7 @@
 # What the tests need, and why each one fails (never skips) without it:
 #   chromium     tests/it/report.rs renders the HTML report in headless
 #                /usr/bin/chromium (Debian's `chromium` package)
-#   tmux         cli/tests/terminal.rs drives a real terminal through tmux
+#   tmux         cli/tests/cli/terminal.rs drives a real terminal through tmux
 #   postgresql   the conformance suite on PostgreSQL starts a throwaway
 #                cluster with initdb and pg_ctl (found on PATH, in
 #                /usr/lib/postgresql/*/bin or /usr/local/bin); not needed

@@ -8,7 +8,7 @@
 # (two roots whose logs need an upgrade: one opened on the terminal, one
 # piped).
 # Prints the captured terminal output of both runs and exits non-zero
-# naming what was missing or unexpected. cli/tests/terminal.rs runs it.
+# naming what was missing or unexpected. cli/tests/cli/terminal.rs runs it.
 set -eu
 
 binary=$1

@@ -426,6 +426,14 @@ pub struct AuditArgs {
     /// The log's verifier key (text or a file holding it).
     #[arg(long, value_name = "VKEY")]
     pub vkey: String,
+    /// A witness's verifier key (text or a file): the --checkpoint must
+    /// carry valid cosignatures from --witnesses K of them.
+    #[arg(long = "witness-vkey", value_name = "VKEY", requires = "checkpoint")]
+    pub witness_vkey: Vec<String>,
+    /// How many of the --witness-vkey witnesses must have cosigned the
+    /// checkpoint (default: all).
+    #[arg(long, value_name = "K", requires = "checkpoint")]
+    pub witnesses: Option<usize>,
 }
 
 /// `evidence` subcommands.

@@ -1,12 +1,13 @@
 //! Human rendering: tables, sizes, durations, and one-line descriptions of
 //! events for timelines.
 
-use sandlog_runtime::core::event::{Drift, Event};
 use sandlog_runtime::core::human::{format_duration, format_size};
 use sandlog_runtime::core::{Envelope, SessionId, Timestamp};
 use sandlog_runtime::projections::SessionSummary;
 
 use crate::output::Output;
+
+pub use sandlog_runtime::projections::describe::{describe_drift, short_hash};
 
 /// Hex digits of a session id shown in human tables: the first group of
 /// the UUID, unique in any root a person reads by eye, and accepted back
@@ -291,219 +292,7 @@ pub fn describe_exact(envelope: &Envelope) -> String {
         Ok(None) => return format!("{} (unknown kind)", envelope.kind),
         Err(error) => return format!("{} (undecodable: {error})", envelope.kind),
     };
-    match event {
-        Event::SessionCreated(created) => {
-            if created.labels.is_empty() {
-                "session created".to_owned()
-            } else {
-                let labels: Vec<String> = created
-                    .labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                format!("session created ({})", labels.join(", "))
-            }
-        }
-        Event::SessionAdopted(adopted) => format!(
-            "adopted from {} (metadata {:?}{})",
-            adopted.source,
-            adopted.metadata,
-            adopted
-                .created_at
-                .map_or(String::new(), |t| format!(", created {t}"))
-        ),
-        Event::SessionExecuted(executed) => format!(
-            "executed {} ({} bytes of code) → {}{} in {}, fuel {}{}{}",
-            executed.runtime,
-            executed.code_bytes,
-            executed.outcome.as_str(),
-            executed
-                .exit_code
-                .map_or(String::new(), |code| format!(" (exit {code})")),
-            format_duration(std::time::Duration::from_micros(executed.duration_us)),
-            executed.fuel_consumed.unwrap_or(0),
-            if executed.stdout_truncated {
-                ", stdout truncated"
-            } else {
-                ""
-            },
-            if executed.stderr_truncated {
-                ", stderr truncated"
-            } else {
-                ""
-            },
-        ),
-        Event::FileWritten(file) => format!(
-            "{} {} ({}, blake3 {}{})",
-            match file.by {
-                sandlog_runtime::core::WrittenBy::Adoption => "found",
-                sandlog_runtime::core::WrittenBy::Host => "host wrote",
-                sandlog_runtime::core::WrittenBy::Guest => "guest wrote",
-                sandlog_runtime::core::WrittenBy::Native => "native work wrote",
-            },
-            file.path,
-            format_size(file.size),
-            short_hash(&file.blake3.to_hex()),
-            match (file.content_kept, file.not_kept) {
-                (Some(false), Some(reason)) => format!(", bytes not kept: {}", reason.as_str()),
-                (Some(false), None) => ", bytes not kept".to_owned(),
-                _ => String::new(),
-            }
-        )
-        .to_lowercase_first(),
-        Event::FileDeleted(file) => {
-            format!("{:?} deleted {}", file.by, file.path).to_lowercase_first()
-        }
-        Event::SessionPruneRequested(intent) => format!(
-            "prune requested (idle {}, threshold {}, {})",
-            format_duration(std::time::Duration::from_micros(intent.age_us)),
-            format_duration(std::time::Duration::from_micros(intent.threshold_us)),
-            format_size(intent.size_bytes)
-        ),
-        Event::SessionPruned(pruned) => {
-            format!("pruned, {} reclaimed", format_size(pruned.reclaimed_bytes))
-        }
-        Event::SessionPruneFailed(failed) => format!("prune failed: {}", failed.error),
-        Event::SessionDeleteRequested(intent) => format!("delete requested: {}", intent.reason),
-        Event::SessionDeleted(deleted) => format!(
-            "deleted, {} reclaimed",
-            format_size(deleted.reclaimed_bytes)
-        ),
-        Event::WorkspaceOrphanQuarantined(orphan) => {
-            format!(
-                "orphan {} ({}) moved to {}",
-                orphan.dir_name,
-                format_size(orphan.bytes),
-                orphan.moved_to
-            )
-        }
-        Event::WorkspaceOrphanPurged(orphan) => format!(
-            "orphan {} ({}) purged",
-            orphan.dir_name,
-            format_size(orphan.bytes)
-        ),
-        Event::WorkspaceReclaimed(reclaimed) => {
-            let mut text = format!(
-                "{} pruned workspace{} reclaimed ({})",
-                reclaimed.workspaces,
-                if reclaimed.workspaces == 1 { "" } else { "s" },
-                format_size(reclaimed.bytes)
-            );
-            if reclaimed.failed > 0 {
-                text.push_str(&format!(", {} left in trash", reclaimed.failed));
-            }
-            text
-        }
-        Event::WorkspaceDriftDetected(detected) => {
-            let items: Vec<String> = detected.drift.iter().map(describe_drift).collect();
-            format!("drift: {}", items.join("; "))
-        }
-        Event::PruneRunStarted(run) => format!(
-            "prune run started ({} candidate{})",
-            run.candidates,
-            if run.candidates == 1 { "" } else { "s" }
-        ),
-        Event::PruneRunCompleted(run) => format!(
-            "prune run completed: {} deleted, {} skipped, {} errors, {} reclaimed",
-            run.deleted,
-            run.skipped,
-            run.errors,
-            format_size(run.reclaimed_bytes)
-        ),
-        Event::ReconcileRunCompleted(run) => format!(
-            "reconcile: {} intents finished, {} orphans, {} drift, {} errors",
-            run.intents_finished, run.orphans, run.drift, run.errors
-        ),
-        Event::SessionIntentFailed(failed) => format!(
-            "finishing the {} intent failed (still pending): {}",
-            failed.intent, failed.error
-        ),
-        Event::SessionHeld(held) => format!("legal hold: {}", held.reason),
-        Event::SessionReleased(released) => match released.reason {
-            Some(reason) => format!("hold released: {reason}"),
-            None => "hold released".to_owned(),
-        },
-        Event::SessionForked(forked) => format!(
-            "forked from {} as of position {} ({} files{})",
-            forked.from,
-            forked.at,
-            forked.files,
-            if forked.missing.is_empty() {
-                String::new()
-            } else {
-                format!(", {} missing", forked.missing.len())
-            }
-        ),
-        Event::EvidenceErased(erased) => format!(
-            "evidence erased{}: {} blobs, {}{}; reason: {}",
-            erased
-                .path
-                .as_ref()
-                .map_or(String::new(), |path| format!(" under {path}")),
-            erased.blobs.len(),
-            format_size(erased.bytes),
-            if erased.kept_for_hold.is_empty() {
-                String::new()
-            } else {
-                format!(", {} kept for a hold", erased.kept_for_hold.len())
-            },
-            erased.reason
-        ),
-        Event::NativeStarted(started) => {
-            format!("native command started: {}", started.argv.join(" "))
-        }
-        Event::NativeCompleted(completed) => {
-            let ended = match (completed.exit_code, completed.signal) {
-                _ if completed.timed_out => "killed at its timeout".to_owned(),
-                (Some(code), _) => format!("exit {code}"),
-                (None, Some(signal)) => format!("killed by signal {signal}"),
-                (None, None) => "did not run".to_owned(),
-            };
-            let files = completed
-                .scan
-                .as_ref()
-                .map_or(0, |scan| scan.files_recorded);
-            format!(
-                "native command completed: {ended} in {}, {files} files changed{}{}",
-                format_duration(std::time::Duration::from_micros(completed.duration_us)),
-                size_note(completed.size_exceeded),
-                completed
-                    .message
-                    .as_ref()
-                    .map_or(String::new(), |message| format!(" ({message})"))
-            )
-        }
-        Event::SessionSynced(synced) => format!(
-            "synced changes made outside sandlog: {} files{}",
-            synced.scan.as_ref().map_or(0, |scan| scan.files_recorded),
-            size_note(synced.size_exceeded)
-        ),
-        Event::RootConfigured(configured) => match configured.value {
-            Some(value) => format!("setting {} = {value}", configured.key),
-            None => format!("setting {} unset", configured.key),
-        },
-        _ => envelope.kind.clone(),
-    }
-}
-
-fn size_note(exceeded: Option<sandlog_runtime::core::event::SizeExceeded>) -> String {
-    exceeded.map_or(String::new(), |exceeded| {
-        format!(
-            ", past the size limit ({} of {})",
-            format_size(exceeded.bytes),
-            format_size(exceeded.max_size)
-        )
-    })
-}
-
-/// One item of drift, for a person.
-pub fn describe_drift(drift: &Drift) -> String {
-    match drift {
-        Drift::MissingDirectory => "workspace directory missing".to_owned(),
-        Drift::FileMissing { path, .. } => format!("{path} missing"),
-        Drift::FileChanged { path, .. } => format!("{path} changed"),
-        Drift::FileUnexpected { path, .. } => format!("{path} not in the log"),
-    }
+    sandlog_runtime::projections::describe::describe(&event)
 }
 
 /// Why a file's bytes are not available, for a person, from the reason
@@ -546,25 +335,6 @@ pub fn excerpt_lines(text: &str, more: bool, lines: usize, width: usize) -> Vec<
         shown.push(escape_for_terminal(&line_text).into_owned());
     }
     shown
-}
-
-/// The first 12 hex digits.
-pub fn short_hash(hex: &str) -> &str {
-    hex.get(..12).unwrap_or(hex)
-}
-
-trait LowercaseFirst {
-    fn to_lowercase_first(self) -> String;
-}
-
-impl LowercaseFirst for String {
-    fn to_lowercase_first(self) -> String {
-        let mut chars = self.chars();
-        match chars.next() {
-            Some(first) => first.to_lowercase().chain(chars).collect(),
-            None => self,
-        }
-    }
 }
 
 /// A guest-controlled string made safe for a terminal: the engine's one

@@ -60,21 +60,11 @@ fn cli_reference_is_current() -> TestResult {
 }
 
 fn sandlog(root: &Path) -> Command {
-    let mut command = Command::cargo_bin("sandlog").unwrap();
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root)
-        .arg("--json");
+    let mut command = Command::from_std(sandlog_tests::cli::command(
+        Path::new(env!("CARGO_BIN_EXE_sandlog")),
+        root,
+    ));
+    command.arg("--json");
     command
 }
 

@@ -128,6 +128,13 @@ pub enum CoreError {
         /// The decoder's message.
         reason: String,
     },
+    /// A prune was asked to select nothing: no age and no retention cap
+    /// (see [`crate::PrunePolicy::new`]).
+    #[error(
+        "say what to prune: an age (older_than: idle sessions), max_sessions or max_bytes \
+         (the oldest beyond a cap); max_deletions only caps a run"
+    )]
+    NothingToPrune,
     /// A hex hash was not 64 hex digits.
     #[error("invalid hash {input:?}: expected 64 hex digits")]
     InvalidHash {
@@ -150,6 +157,7 @@ impl CoreError {
             Self::InvalidSize { .. } => "invalid_size",
             Self::InvalidPayload { .. } => "invalid_payload",
             Self::InvalidHash { .. } => "invalid_hash",
+            Self::NothingToPrune => "nothing_to_prune",
         }
     }
 

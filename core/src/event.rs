@@ -796,8 +796,12 @@ pub struct KernelEvicted {
 macro_rules! events {
     ($($variant:ident($payload:ident) = $kind:literal, schema $schema:literal;)*) => {
         /// A typed event.
+        ///
+        /// Deliberately not `#[non_exhaustive]`: the readers that describe
+        /// every kind (`sandlog_projections::describe`, the report) match
+        /// it without a catch-all arm, so a new kind does not compile
+        /// until each of them handles it.
         #[derive(Debug, Clone, PartialEq, Eq)]
-        #[non_exhaustive]
         pub enum Event {
             $(
                 #[doc = concat!("`", $kind, "`")]

@@ -38,5 +38,5 @@ pub use error::{CoreError, ErrorClass};
 pub use event::{Event, Outcome, WrittenBy};
 pub use ids::{EventId, Position, SessionId, StreamId, StreamVersion};
 pub use path::{PathError, WorkspacePath};
-pub use policy::PrunePolicy;
+pub use policy::{PrunePolicy, PruneRequest};
 pub use time::Timestamp;

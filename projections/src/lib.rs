@@ -15,6 +15,7 @@
 //! or append events. The fold decides nothing: rules live in the runtime's
 //! command handlers and in the pure prune planner.
 
+pub mod describe;
 pub mod error;
 pub mod evidence;
 pub mod prune;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use sandlog_runtime::applier::ReconcileOptions;
-use sandlog_runtime::core::policy::PrunePolicy;
+use sandlog_runtime::core::policy::{PrunePolicy, PruneRequest};
 use sandlog_runtime::core::{
     CoreError, ErrorClass, Position, SessionId, StreamId, Timestamp, WorkspacePath,
 };
@@ -588,24 +588,15 @@ impl PyEngine {
         max_deletions: Option<u64>,
         group: Option<String>,
     ) -> PyResult<String> {
-        if older_than_us.is_none() && max_sessions.is_none() && max_bytes.is_none() {
-            return Err(to_pyerr(
-                py,
-                Failure::Invalid(
-                    "prune needs older_than, max_sessions or max_bytes (say which sessions to delete)"
-                        .to_owned(),
-                ),
-            ));
-        }
+        let policy = PrunePolicy::new(PruneRequest {
+            older_than: older_than_us.map(Duration::from_micros),
+            max_deletions,
+            max_sessions,
+            max_total_bytes: max_bytes,
+            group,
+        })
+        .map_err(|error| to_pyerr(py, Failure::Invalid(error.to_string())))?;
         self.with(py, move |engine| {
-            let policy = PrunePolicy {
-                older_than: older_than_us.map_or(Duration::MAX, Duration::from_micros),
-                max_deletions,
-                max_sessions,
-                max_total_bytes: max_bytes,
-                group,
-                node: None,
-            };
             json(&engine.prune(&policy, dry_run, &|_, _| {})?)
         })
     }

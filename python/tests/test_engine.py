@@ -539,6 +539,9 @@ def test_prune_by_count_and_bounds(engine: sandlog.Engine) -> None:
     assert result.deleted_sessions == [sessions[0]]
     with pytest.raises(sandlog.InvalidInput):
         engine.prune()
+    # The one rule of every front end: max_deletions alone selects nothing.
+    with pytest.raises(sandlog.InvalidInput, match="max_deletions only caps a run"):
+        engine.prune(max_deletions=1)
     with pytest.raises(sandlog.InvalidInput):
         engine.prune(older_than=timedelta(hours=-1))
     with pytest.raises(TypeError):

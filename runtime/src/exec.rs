@@ -16,7 +16,7 @@ use crate::error::{Result, RuntimeError};
 use crate::runtimes::{self, RuntimesSource};
 use crate::sandbox::limits::SCAN_TIME_MIN;
 use crate::sandbox::{
-    self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
+    self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox, SandboxError,
 };
 use crate::workspace::{ScanLimits, Workspace};
 
@@ -119,7 +119,10 @@ impl ExecRequest {
     }
 }
 
-/// Per-call limit overrides.
+/// Per-call limit overrides: what a front end translates its request
+/// into (the CLI's `--timeout 2s`, HTTP's and MCP's `timeout_ms`, Python's
+/// seconds). [`LimitOverrides::apply`] is the one place they are merged
+/// with the engine's limits and checked, before any work starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LimitOverrides {
     /// Fuel.
@@ -137,6 +140,34 @@ pub struct LimitOverrides {
     /// How long to wait for another writer of the session to finish
     /// before failing with `busy`; else the engine's `session_wait`.
     pub wait: Option<Duration>,
+}
+
+impl LimitOverrides {
+    /// The engine's `base` limits with these overrides applied, checked
+    /// against the sandbox's bounds ([`ExecLimits::validate`]): a value out
+    /// of range is refused here, naming the limit and its range, whatever
+    /// front end the request came through.
+    pub fn apply(&self, base: &ExecLimits) -> std::result::Result<ExecLimits, SandboxError> {
+        let mut limits = base.clone();
+        if let Some(fuel) = self.fuel {
+            limits.fuel = Some(fuel);
+        }
+        if let Some(timeout) = self.timeout {
+            limits.timeout = timeout;
+        }
+        if let Some(memory) = self.memory_bytes {
+            limits.memory_bytes = memory;
+        }
+        if let Some(output) = self.output_bytes {
+            limits.stdout_bytes_max = output;
+            limits.stderr_bytes_max = output;
+        }
+        if let Some(workspace) = self.workspace_bytes {
+            limits.workspace_bytes_max = workspace;
+        }
+        limits.validate()?;
+        Ok(limits)
+    }
 }
 
 /// What an execution did.
@@ -294,6 +325,8 @@ impl Engine {
         // workspace is never removed under the guest, and the session's
         // other writers (in any process) wait their turn, so the scan
         // after the run sees only what this guest did.
+        // The request's limits are checked before anything waits or runs.
+        let mut limits = request.limits.apply(&self.options.limits)?;
         let queued = Instant::now();
         let (_hold, session) = self.hold_for_writing(
             session_id,
@@ -301,7 +334,6 @@ impl Engine {
         )?;
         self.metrics.queue_wait(queued.elapsed());
         let (module, args, stdin) = self.prepare(request)?;
-        let mut limits = self.limits(&request.limits);
         // The session's size limit caps what the guest may leave.
         limits.workspace_bytes_max =
             self.session_quota(session.max_size, request.limits.workspace_bytes)?;
@@ -513,26 +545,5 @@ impl Engine {
         let (_, path) = self.find_runtime(&request.runtime)?;
         let module = self.sandbox()?.load(&path)?;
         Ok((module, args, stdin))
-    }
-
-    fn limits(&self, overrides: &LimitOverrides) -> ExecLimits {
-        let mut limits = self.options.limits.clone();
-        if let Some(fuel) = overrides.fuel {
-            limits.fuel = Some(fuel);
-        }
-        if let Some(timeout) = overrides.timeout {
-            limits.timeout = timeout;
-        }
-        if let Some(memory) = overrides.memory_bytes {
-            limits.memory_bytes = memory;
-        }
-        if let Some(output) = overrides.output_bytes {
-            limits.stdout_bytes_max = output;
-            limits.stderr_bytes_max = output;
-        }
-        if let Some(workspace) = overrides.workspace_bytes {
-            limits.workspace_bytes_max = workspace;
-        }
-        limits
     }
 }

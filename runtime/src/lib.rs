@@ -83,7 +83,7 @@ mod tree;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};
-pub use engine::{Engine, EngineOptions};
+pub use engine::{Engine, EngineOptions, SessionMatch};
 pub use error::{Result, RuntimeError};
 pub use exec::{
     ExecRequest, Execution, LimitOverrides, PreparedRuntime, RegisteredModules, Runtime,

@@ -993,7 +993,19 @@ impl Report<'_, '_> {
                 }
                 page.raw("</table>\n</article>\n");
             }
-            other => {
+            // Kinds of other streams (orphans, runs, settings) and kernel
+            // housekeeping: the kind as the title, and the payload. Listed,
+            // not matched by `_`, so a new kind is a compile error here
+            // until the report decides how to show it.
+            other @ (Event::WorkspaceOrphanQuarantined(_)
+            | Event::WorkspaceOrphanPurged(_)
+            | Event::WorkspaceReclaimed(_)
+            | Event::PruneRunStarted(_)
+            | Event::PruneRunCompleted(_)
+            | Event::ReconcileRunCompleted(_)
+            | Event::RootConfigured(_)
+            | Event::KernelRestarted(_)
+            | Event::KernelEvicted(_)) => {
                 let title = other.kind().to_owned();
                 self.open_event(envelope, "", &title);
                 self.payload(envelope);

@@ -21,7 +21,9 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
-use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
+use sandlog_runtime::core::{
+    Position, PrunePolicy, PruneRequest, SessionId, StreamId, Timestamp, WorkspacePath,
+};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::SessionStatus;
 use sandlog_runtime::{
@@ -363,7 +365,7 @@ pub fn routes() -> Vec<Route> {
         route(
             Method::POST,
             "/v1/prune",
-            "Prune by policy; body {\"older_than\", \"dry_run\"?, \"max_deletions\"?, \"max_sessions\"?, \"max_bytes\"?, \"group\"?}",
+            "Prune by policy; body {\"older_than\"?, \"dry_run\"?, \"max_deletions\"?, \"max_sessions\"?, \"max_bytes\"?, \"group\"?}: an age, a cap or both (max_deletions alone selects nothing)",
             &[],
             Some(JSON),
             JSON,
@@ -1142,7 +1144,7 @@ async fn verify(State(state): State<AppState>) -> Result<Response, ApiError> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PruneBody {
-    older_than: String,
+    older_than: Option<String>,
     #[serde(default)]
     dry_run: bool,
     max_deletions: Option<u64>,
@@ -1158,8 +1160,13 @@ async fn prune(
     use sandlog_runtime::core::human::{parse_duration, parse_size};
     let body = json_body(body)?;
     let invalid = |error| ApiError::from(RuntimeError::Invalid(error));
-    let policy = PrunePolicy {
-        older_than: parse_duration(&body.older_than).map_err(invalid)?,
+    let policy = PrunePolicy::new(PruneRequest {
+        older_than: body
+            .older_than
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(invalid)?,
         max_deletions: body.max_deletions,
         max_sessions: body.max_sessions,
         max_total_bytes: body
@@ -1169,8 +1176,8 @@ async fn prune(
             .transpose()
             .map_err(invalid)?,
         group: body.group.clone(),
-        node: None,
-    };
+    })
+    .map_err(invalid)?;
     let dry_run = body.dry_run;
     let report = blocking(&state, move |engine| {
         Ok(engine.prune(&policy, dry_run, &|_, _| {})?)

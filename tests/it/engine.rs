@@ -422,3 +422,127 @@ fn unknown_sessions_and_bad_paths_are_clear_errors() -> TestResult {
     }
     Ok(())
 }
+
+/// `Engine::resolve_session`: a full id is returned as is; a prefix (any
+/// case) names the one session it begins, none, or several (counted, the
+/// oldest listed first); text that cannot begin an id is refused. The
+/// oracle is the full listing filtered by `starts_with`.
+#[test]
+fn session_prefixes_resolve_like_a_filtered_listing() -> TestResult {
+    use sandlog_runtime::SessionMatch;
+    use sandlog_runtime::engine::SESSION_PREFIX_SHOWN_MAX;
+    let root = TestRoot::new()?;
+    for _ in 0..40 {
+        root.engine.create_session(BTreeMap::new())?;
+        root.clock.advance(Duration::from_secs(1));
+    }
+    let listed = root.engine.sessions(None)?;
+    let expected = |prefix: &str| -> SessionMatch {
+        let matching: Vec<_> = listed
+            .iter()
+            .map(|session| session.session_id)
+            .filter(|id| id.to_string().starts_with(prefix))
+            .collect();
+        match matching.as_slice() {
+            [] => SessionMatch::None,
+            [one] => SessionMatch::One(*one),
+            several => SessionMatch::Several {
+                count: several.len() as u64,
+                first: several
+                    .iter()
+                    .take(SESSION_PREFIX_SHOWN_MAX)
+                    .copied()
+                    .collect(),
+            },
+        }
+    };
+    let mut prefixes: Vec<String> = "0123456789abcdef".chars().map(String::from).collect();
+    for session in &listed {
+        let text = session.session_id.to_string();
+        assert_eq!(
+            root.engine.resolve_session(&text)?,
+            SessionMatch::One(session.session_id)
+        );
+        prefixes.extend([
+            text[..2].to_owned(),
+            text[..8].to_owned(),
+            text[..35].to_owned(),
+        ]);
+    }
+    for prefix in &prefixes {
+        assert_eq!(
+            root.engine.resolve_session(prefix)?,
+            expected(prefix),
+            "{prefix}"
+        );
+        assert_eq!(
+            root.engine.resolve_session(&prefix.to_ascii_uppercase())?,
+            expected(prefix),
+            "{prefix}"
+        );
+    }
+    assert!(
+        prefixes
+            .iter()
+            .any(|prefix| matches!(expected(prefix), SessionMatch::Several { .. })),
+        "no prefix was ambiguous: the test checks nothing about counting"
+    );
+    for bad in ["", "xyz", "84233c86!", &"0".repeat(36), &"0".repeat(40)] {
+        assert_eq!(
+            root.engine.resolve_session(bad)?,
+            SessionMatch::NotAPrefix,
+            "{bad:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A limit out of the sandbox's range is refused by the engine before the
+/// run, naming the limit, whichever front end sent it; nothing is
+/// recorded.
+#[test]
+fn out_of_range_limits_are_refused_before_the_run() -> TestResult {
+    use sandlog_runtime::sandbox::SandboxError;
+    let root = TestRoot::new()?;
+    let session = root.engine.create_session(BTreeMap::new())?;
+    for (limits, name) in [
+        (
+            LimitOverrides {
+                timeout: Some(Duration::ZERO),
+                ..LimitOverrides::default()
+            },
+            "timeout_ms",
+        ),
+        (
+            LimitOverrides {
+                fuel: Some(0),
+                ..LimitOverrides::default()
+            },
+            "fuel",
+        ),
+        (
+            LimitOverrides {
+                memory_bytes: Some(u64::MAX),
+                ..LimitOverrides::default()
+            },
+            "memory_bytes",
+        ),
+    ] {
+        let mut request = ExecRequest::python("print(1)");
+        request.limits = limits;
+        let refused = root.engine.execute(session.session_id, &request);
+        assert!(
+            matches!(
+                &refused,
+                Err(RuntimeError::Sandbox(SandboxError::InvalidLimit { name: refused, .. }))
+                    if *refused == name
+            ),
+            "{name}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        root.stream_kinds(session.session_id)?,
+        vec!["session.created"]
+    );
+    Ok(())
+}

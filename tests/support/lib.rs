@@ -415,6 +415,8 @@ pub mod strategies {
     }
 }
 
+/// The `sandlog` binary set up for a test root (the CLI tests' harness).
+pub mod cli;
 pub mod engine;
 /// Projections support: event builders, a manual-clock store, random
 /// valid histories (used by `it/projections.rs` and `benches/projections.rs`).

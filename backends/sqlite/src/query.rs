@@ -105,6 +105,48 @@ pub fn sessions_where(
     })
 }
 
+/// Sessions (of any status) whose id starts with `prefix`: how many, and
+/// the ids of the first `shown`, oldest created first. `prefix` must be
+/// lower-case hex digits and hyphens, as ids are stored; the lookup is a
+/// range on the `session_id` index (every id starting with `prefix` sorts
+/// at or after it and before `prefix` + `g`, the character after `f`), so
+/// it costs the matches, not the sessions.
+pub fn sessions_by_prefix(
+    store: &EventStore,
+    prefix: &str,
+    shown: usize,
+) -> Result<(u64, Vec<SessionId>)> {
+    let end = format!("{prefix}g");
+    store.with_reader(|connection| {
+        let count: i64 = connection
+            .prepare_cached(
+                "SELECT count(*) FROM rm_sessions WHERE session_id >= ?1 AND session_id < ?2",
+            )
+            .sql()?
+            .query_row(params![prefix, end], |row| row.get(0))
+            .sql()?;
+        let count = u64::try_from(count)
+            .map_err(|_| ProjectionError::Corrupt(format!("session count {count}")))?;
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT session_id FROM rm_sessions WHERE session_id >= ?1 AND session_id < ?2 \
+             ORDER BY created_at, session_id LIMIT ?3",
+            )
+            .sql()?;
+        let limit = i64::try_from(shown).unwrap_or(i64::MAX);
+        let mut rows = statement.query(params![prefix, end, limit]).sql()?;
+        let mut first = Vec::new();
+        while let Some(row) = rows.next().sql()? {
+            let text: String = row.get(0).sql()?;
+            first.push(
+                SessionId::parse(&text)
+                    .map_err(|_| ProjectionError::Corrupt(format!("session id {text:?}")))?,
+            );
+        }
+        Ok((count, first))
+    })
+}
+
 /// A session's files, optionally matching a glob `pattern` (`*` does not
 /// cross `/`; `**` does), sorted by path.
 pub fn files(

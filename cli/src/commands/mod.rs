@@ -20,7 +20,7 @@ pub mod witness;
 use std::path::Path;
 
 use sandlog_runtime::core::{SessionId, WorkspacePath};
-use sandlog_runtime::{Engine, EngineOptions};
+use sandlog_runtime::{Engine, EngineOptions, SessionMatch};
 
 use crate::args::{Cli, Command, EvidenceCommand, TableFormat};
 use crate::exit::CliError;
@@ -179,50 +179,28 @@ pub fn open_with(root: &Path, create: bool, output: &Output) -> Result<Engine, C
 /// found" (exit 3); one that matches several is a usage error (exit 2)
 /// listing them; text that cannot begin a UUID is a usage error.
 pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
-    if let Ok(session_id) = SessionId::parse(text) {
-        return Ok(session_id);
-    }
-    let prefix = text.to_ascii_lowercase();
-    let could_be_prefix = !prefix.is_empty()
-        && prefix.len() < SESSION_ID_CHARS
-        && prefix
-            .chars()
-            .all(|character| character.is_ascii_hexdigit() || character == '-');
-    if !could_be_prefix {
-        return Err(CliError::Usage {
+    match engine.resolve_session(text)? {
+        SessionMatch::One(session_id) => Ok(session_id),
+        SessionMatch::NotAPrefix => Err(CliError::Usage {
             kind: "invalid_session_id",
             message: format!(
                 "invalid session id {text:?}: give a session's UUID or a unique prefix of it \
                  (hex digits, such as 84233c86); `sandlog session list` shows them"
             ),
-        });
-    }
-    let matching: Vec<SessionId> = engine
-        .sessions(None)?
-        .into_iter()
-        .map(|session| session.session_id)
-        .filter(|session_id| session_id.to_string().starts_with(&prefix))
-        .collect();
-    match matching.as_slice() {
-        [session_id] => Ok(*session_id),
-        [] => Err(CliError::NotFound {
+        }),
+        SessionMatch::None => Err(CliError::NotFound {
             kind: "not_found",
             message: format!(
                 "no session id starts with {text:?} (`sandlog session list` shows the sessions)"
             ),
         }),
-        several => {
-            let shown: Vec<String> = several
-                .iter()
-                .take(AMBIGUOUS_SHOWN_MAX)
-                .map(ToString::to_string)
-                .collect();
-            let more = several.len().saturating_sub(AMBIGUOUS_SHOWN_MAX);
+        SessionMatch::Several { count, first } => {
+            let shown: Vec<String> = first.iter().map(ToString::to_string).collect();
+            let more = count.saturating_sub(first.len() as u64);
             Err(CliError::Usage {
                 kind: "ambiguous_id",
                 message: format!(
-                    "{text:?} is the start of {} session ids: {}{}; give more of the id",
-                    several.len(),
+                    "{text:?} is the start of {count} session ids: {}{}; give more of the id",
                     shown.join(", "),
                     if more > 0 {
                         format!(" and {more} more")
@@ -234,12 +212,6 @@ pub fn session_id(engine: &Engine, text: &str) -> Result<SessionId, CliError> {
         }
     }
 }
-
-/// Characters of a hyphenated UUID.
-const SESSION_ID_CHARS: usize = 36;
-
-/// Candidates an ambiguous-prefix error names.
-const AMBIGUOUS_SHOWN_MAX: usize = 10;
 
 /// Parses a workspace path (refused: usage error, exit 2, naming the
 /// reason).

@@ -160,8 +160,9 @@ pub fn prove(engine: &Engine, command: ProveCommand, output: &Output) -> Result<
     Ok(0)
 }
 
-/// `audit [--checkpoint FILE] --vkey VKEY`.
+/// `audit [--checkpoint FILE [--witness-vkey VKEY... --witnesses K]] --vkey VKEY`.
 pub fn audit(engine: &Engine, args: AuditArgs, output: &Output) -> Result<u8, CliError> {
+    let witnesses = super::witness::policy(&args.witness_vkey, args.witnesses)?;
     let note = match &args.checkpoint {
         Some(path) => Some(sandlog_runtime::input::read_text_bounded(
             path,
@@ -172,11 +173,26 @@ pub fn audit(engine: &Engine, args: AuditArgs, output: &Output) -> Result<u8, Cl
         None => None,
     };
     let key = read_verifier_key(&args.vkey)?;
+    // The cosignatures first: a checkpoint without its quorum is refused
+    // before the whole log is replayed.
+    let quorum = match (&note, &witnesses) {
+        (Some(note), Some(policy)) => Some(sandlog_runtime::witness::check_witnesses(
+            note, &key, policy,
+        )?),
+        _ => None,
+    };
     let progress = output.progress_bar("auditing");
     let report = engine.audit(note.as_deref(), &key, &crate::output::advance(&progress))?;
     progress.finish();
     if output.json {
-        output.json(&report)?;
+        let mut value = serde_json::to_value(&report).map_err(|error| CliError::Io {
+            context: "encoding the audit report".into(),
+            source: std::io::Error::other(error),
+        })?;
+        if let (Some(quorum), Some(object)) = (&quorum, value.as_object_mut()) {
+            object.insert("witnesses".into(), json!(quorum));
+        }
+        output.json(&value)?;
     } else {
         output.line(&format!(
             "{}: {} events replayed; the chain, the tree (root {}) and the map of stream heads \
@@ -193,6 +209,14 @@ pub fn audit(engine: &Engine, args: AuditArgs, output: &Output) -> Result<u8, Cl
                 n => format!(" ({n} stored checkpoints by other keys skipped)"),
             }
         ))?;
+        if let Some(quorum) = quorum {
+            output.line(&format!(
+                "the checkpoint given is cosigned by {} of the {} witnesses named ({} required)",
+                quorum.valid,
+                quorum.witnesses.len(),
+                quorum.required
+            ))?;
+        }
     }
     Ok(0)
 }

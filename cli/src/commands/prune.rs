@@ -1,7 +1,7 @@
 //! `prune` and `reconcile`.
 
-use sandlog_runtime::core::PrunePolicy;
 use sandlog_runtime::core::human::{parse_duration, parse_size};
+use sandlog_runtime::core::{CoreError, PrunePolicy, PruneRequest};
 use sandlog_runtime::{Engine, ReconcileOptions};
 use serde_json::json;
 
@@ -11,23 +11,13 @@ use crate::output::Output;
 use crate::render;
 
 pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, CliError> {
-    if args.older_than.is_none() && args.max_sessions.is_none() && args.max_bytes.is_none() {
-        return Err(CliError::Usage {
-            kind: "usage",
-            message: "say what to prune: --older-than DUR (idle sessions), --max-sessions N or \
-                      --max-bytes SIZE (the oldest beyond a cap); --max-deletions only caps a run"
-                .into(),
-        });
-    }
-    let policy = PrunePolicy {
-        // No age given: age selects nothing, the caps select alone.
+    let request = PruneRequest {
         older_than: args
             .older_than
             .as_deref()
             .map(parse_duration)
             .transpose()
-            .map_err(usage)?
-            .unwrap_or(std::time::Duration::MAX),
+            .map_err(usage)?,
         max_deletions: args.max_deletions,
         max_sessions: args.max_sessions,
         max_total_bytes: args
@@ -37,8 +27,17 @@ pub fn prune(engine: &Engine, args: PruneArgs, output: &Output) -> Result<u8, Cl
             .transpose()
             .map_err(usage)?,
         group: args.group,
-        node: None,
     };
+    let policy = PrunePolicy::new(request).map_err(|error| match error {
+        // The rule is the engine's; the words are the flags'.
+        CoreError::NothingToPrune => CliError::Usage {
+            kind: "usage",
+            message: "say what to prune: --older-than DUR (idle sessions), --max-sessions N or \
+                      --max-bytes SIZE (the oldest beyond a cap); --max-deletions only caps a run"
+                .into(),
+        },
+        other => usage(other),
+    })?;
     let bar = output.progress_bar("pruning");
     let progress = crate::output::advance(&bar);
     let report = engine.prune(&policy, args.dry_run, &progress)?;

@@ -118,7 +118,7 @@ def test_mcp_with_only_home_and_path(tmp_path):
     """An MCP client configured with just `sandlog mcp` passes a minimal
     environment: no SANDLOG_* variable, only HOME and PATH. After
     `sandlog runtimes install` (from the runtimes `make` fetched, so the
-    test downloads nothing; `cli/tests/runtimes.rs` tests the download)
+    test downloads nothing; `cli/tests/cli/runtimes.rs` tests the download)
     the server finds them in the per-user directory and executes code."""
     binary = sandlog_bin()
     runtimes = os.environ.get("SANDLOG_RUNTIMES_DIR", "")

@@ -13,8 +13,6 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -26,7 +24,7 @@ use serde_json::Value;
 fn init() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    common::sandlog(&root)
+    crate::common::sandlog(&root)
         .args(["--json", "init"])
         .assert()
         .success();
@@ -35,7 +33,7 @@ fn init() -> (tempfile::TempDir, PathBuf) {
 
 /// `doctor --json` and its exit code.
 fn doctor(root: &Path, extra: &[&str], runtimes: Option<&Path>) -> (Value, i32) {
-    let mut command = common::sandlog(root);
+    let mut command = crate::common::sandlog(root);
     if let Some(runtimes) = runtimes {
         // Only that directory: the per-user one is empty (runtimes the
         // machine's user installed must not be found).
@@ -138,7 +136,7 @@ fn doctor_passes_on_a_fresh_root_and_names_the_fix_for_each_failure() {
     );
 
     // The human form: one line a check, the fix under a failure.
-    let output = common::sandlog(&root)
+    let output = crate::common::sandlog(&root)
         .args(["doctor", "--min-free", "1000000TiB"])
         .output()
         .unwrap();
@@ -148,7 +146,7 @@ fn doctor_passes_on_a_fresh_root_and_names_the_fix_for_each_failure() {
     assert!(text.contains("ok    log_writable"), "{text}");
 
     // A bad size is a usage error.
-    common::sandlog(&root)
+    crate::common::sandlog(&root)
         .args(["doctor", "--min-free", "lots"])
         .assert()
         .code(2);

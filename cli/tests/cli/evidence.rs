@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

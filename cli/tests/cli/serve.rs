@@ -27,22 +27,7 @@ fn repo() -> PathBuf {
 
 /// The binary with a root, the runtimes and the shared module cache.
 fn sandlog(root: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlog"));
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env_remove("SANDLOG_TOKEN")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
+    crate::common::sandlog_std(root)
 }
 
 fn init() -> (tempfile::TempDir, PathBuf) {
@@ -460,6 +445,28 @@ fn serve_round_trip() {
     assert_eq!(dry.status, 200, "{}", dry.text());
     assert_eq!(dry.json()["dry_run"], true);
     assert_eq!(dry.json()["deleted_sessions"].as_array().unwrap().len(), 1);
+    // The CLI's rule: a cap selects without an age; `max_deletions` alone
+    // selects nothing and is refused, naming what would select.
+    let by_cap = server.json(
+        "POST",
+        "/v1/prune",
+        &json!({"max_sessions": 0, "dry_run": true}),
+    );
+    assert_eq!(by_cap.status, 200, "{}", by_cap.text());
+    assert_eq!(
+        by_cap.json()["deleted_sessions"].as_array().unwrap().len(),
+        1
+    );
+    let nothing = server.json("POST", "/v1/prune", &json!({"max_deletions": 5}));
+    assert_eq!(nothing.status, 422, "{}", nothing.text());
+    assert_eq!(nothing.json()["error"], "nothing_to_prune");
+    assert!(
+        nothing.json()["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("max_sessions")),
+        "{}",
+        nothing.text()
+    );
 
     // Errors: class → status, with kind, message and hint.
     let unknown = server.request(

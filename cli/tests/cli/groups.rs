@@ -4,9 +4,7 @@
 
 #![cfg(test)]
 
-mod common;
-
-use common::sandlog;
+use crate::common::sandlog;
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -13,8 +13,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -22,8 +22,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -60,7 +59,7 @@ fn grow(root: &Path) {
 fn keygen(dir: &Path, name: &str, witness: bool) -> (PathBuf, String) {
     std::fs::create_dir_all(dir).unwrap();
     let file = dir.join(format!("{}.key", name.replace('/', "_")));
-    let mut command = sandlog(&dir.join("no-root"));
+    let mut command = sandlog(dir.join("no-root"));
     command
         .args(["--json", "keygen", "--name", name, "-o"])
         .arg(&file);
@@ -299,6 +298,27 @@ fn checkpoints_cosigned_by_witnesses_meet_k_of_n_on_every_verifier() {
     assert!(refused.contains("log's key"), "{refused}");
     // K past the witnesses named is the caller's mistake.
     stderr_failure(&mut verify(&[&w1_vkey], Some("2")), 2);
+
+    // `audit` holds the checkpoint given to the same policy.
+    let audit = |vkeys: &[&str], k: &str| {
+        let mut command = sandlog(&root);
+        command
+            .args(["--json", "audit", "--checkpoint"])
+            .arg(&note_file)
+            .args(["--vkey", &log_vkey, "--witnesses", k]);
+        for vkey in vkeys {
+            command.args(["--witness-vkey", vkey]);
+        }
+        command
+    };
+    let audited = json_success(&mut audit(&[&w1_vkey, &w2_vkey], "2"));
+    assert_eq!(audited["witnesses"]["valid"], 2, "{audited}");
+    assert!(audited["events"].as_u64() > Some(0), "{audited}");
+    let refused = stderr_failure(&mut audit(&[&w1_vkey, &w3_vkey], "2"), 4);
+    assert!(
+        refused.contains("1 valid cosignatures of the 2 required"),
+        "{refused}"
+    );
 
     // Bundles carry the cosigned checkpoint.
     let session = json_success(sandlog(&root).args(["--json", "session", "list"]));

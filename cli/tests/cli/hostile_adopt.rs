@@ -4,35 +4,13 @@
 #![cfg(test)]
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use serde_json::{Value, json};
 
+use crate::common::sandlog;
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The binary with a root, the runtimes and the shared module cache.
-fn sandlog(root: &Path) -> Command {
-    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("sandlog"));
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    Command::from_std(command)
-}
 
 fn json_stdout(command: &mut Command) -> Result<Value, serde_json::Error> {
     serde_json::from_slice(&command.assert().success().get_output().stdout)

@@ -7,11 +7,12 @@
 #![allow(unsafe_code)]
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
-use assert_cmd::Command;
 use serde_json::Value;
+
+use crate::common::{sandlog, sandlog_std};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -26,33 +27,6 @@ const PUT_RSS_KIB_MAX: i64 = 64 * 1024;
 /// How far past the quota the copy may read before it stops: one chunk
 /// (`WRITE_CHUNK_BYTES`).
 const READ_PAST_BYTES_MAX: u64 = 64 * 1024;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn configure(command: &mut std::process::Command, root: &Path) {
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-}
-
-/// The binary with a root, the runtimes and the shared module cache.
-fn sandlog(root: &Path) -> Command {
-    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("sandlog"));
-    configure(&mut command, root);
-    Command::from_std(command)
-}
 
 fn json(output: &[u8]) -> Value {
     serde_json::from_slice(output)
@@ -78,8 +52,7 @@ fn run_measured(
     args: &[&str],
     stdin: Stdio,
 ) -> Result<Finished, Box<dyn std::error::Error>> {
-    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("sandlog"));
-    configure(&mut command, root);
+    let mut command = sandlog_std(root);
     let mut child = command
         .args(args)
         .stdin(stdin)

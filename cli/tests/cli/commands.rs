@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::{sandlog, sandlog_bare};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -412,7 +411,7 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
             "escape code in {args:?} stderr"
         );
     }
-    let help = text_success(Command::cargo_bin("sandlog")?.arg("--help"));
+    let help = text_success(sandlog_bare().arg("--help"));
     for command in [
         "init",
         "session",
@@ -430,7 +429,7 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
     ] {
         assert!(help.contains(command), "--help does not mention {command}");
     }
-    let prune_help = text_success(Command::cargo_bin("sandlog")?.args(["prune", "--help"]));
+    let prune_help = text_success(sandlog_bare().args(["prune", "--help"]));
     for flag in [
         "--older-than",
         "--dry-run",
@@ -440,12 +439,12 @@ fn no_escape_codes_off_terminal_and_help_is_complete() -> TestResult {
     ] {
         assert!(prune_help.contains(flag));
     }
-    Command::cargo_bin("sandlog")?
+    sandlog_bare()
         .args(["completions", "bash"])
         .assert()
         .success()
         .stdout_has("sandlog");
-    Command::cargo_bin("sandlog")?
+    sandlog_bare()
         .arg("man")
         .assert()
         .success()

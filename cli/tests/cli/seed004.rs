@@ -9,11 +9,9 @@
 
 #![cfg(test)]
 
-mod common;
-
 use std::path::Path;
 
-use common::sandlog;
+use crate::common::sandlog;
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

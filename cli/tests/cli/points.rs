@@ -7,11 +7,9 @@
 
 #![cfg(test)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::sandlog;
+use crate::common::sandlog;
 use serde_json::Value;
 
 fn json(output: &[u8]) -> Value {

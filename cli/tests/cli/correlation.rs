@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -13,38 +13,11 @@ use std::process::Stdio;
 use assert_cmd::Command;
 use serde_json::Value;
 
+use crate::common::{sandlog, sandlog_std};
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const EVIL_NAME: &str = "evil\n2026-01-01 forged line\x1b[31m";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn runtimes() -> PathBuf {
-    std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"))
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"))
-}
-
-/// The binary with a root, the runtimes and the shared module cache.
-fn sandlog(root: impl AsRef<OsStr>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlog"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes())
-        .env("SANDLOG_CACHE_DIR", cache())
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
-}
 
 fn init() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -330,11 +303,7 @@ fn a_closed_pipe_ends_the_command_quietly() -> TestResult {
     ] {
         let (reader, writer) = std::io::pipe()?;
         drop(reader);
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-            .env_remove("SANDLOG_ROOT")
-            .env("NO_COLOR", "1")
-            .arg("--root")
-            .arg(&root)
+        let output = sandlog_std(&root)
             .args(&args)
             .stdout(Stdio::from(writer))
             .stderr(Stdio::piped())
@@ -498,13 +467,7 @@ fn a_reader_leaving_mid_stream_ends_the_command_quietly() -> TestResult {
         vec!["completions", "bash"],
         vec!["man"],
     ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-            .env_remove("SANDLOG_ROOT")
-            .env("SANDLOG_RUNTIMES_DIR", runtimes())
-            .env("SANDLOG_CACHE_DIR", cache())
-            .env("NO_COLOR", "1")
-            .arg("--root")
-            .arg(&root)
+        let mut child = sandlog_std(&root)
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -538,11 +501,7 @@ fn an_error_into_a_closed_stderr_keeps_its_exit_code() -> TestResult {
     ] {
         let (reader, writer) = std::io::pipe()?;
         drop(reader);
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-            .env_remove("SANDLOG_ROOT")
-            .env("NO_COLOR", "1")
-            .arg("--root")
-            .arg(&root)
+        let status = sandlog_std(&root)
             .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::from(writer))
@@ -654,12 +613,7 @@ fn fifos_and_devices_given_as_input_are_refused_unread() -> TestResult {
         );
     }
     let zero = std::fs::File::open("/dev/zero")?;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-        .env_remove("SANDLOG_ROOT")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes())
-        .env("SANDLOG_CACHE_DIR", cache())
-        .arg("--root")
-        .arg(&root)
+    let output = sandlog_std(&root)
         .args(["--json", "exec", &id, "-"])
         .stdin(zero)
         .output()?;
@@ -897,7 +851,10 @@ fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", out.path())
-            .env("SANDLOG_RUNTIMES_DIR", runtimes())
+            .env(
+                "SANDLOG_RUNTIMES_DIR",
+                sandlog_tests::engine::runtimes_dir(),
+            )
             .env("SANDLOG_CACHE_DIR", out.path().join("cache"))
             .env("NO_COLOR", "1")
             .arg("--root")

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 fn json(output: &[u8]) -> Value {
     serde_json::from_slice(output)

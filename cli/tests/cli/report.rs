@@ -7,8 +7,7 @@
 use assert_cmd::Command;
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

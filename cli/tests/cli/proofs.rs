@@ -19,22 +19,7 @@ fn repo() -> PathBuf {
 }
 
 fn sandlog(root: &Path) -> Command {
-    let mut command = Command::cargo_bin("sandlog").unwrap();
-    let runtimes = std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"));
-    let cache = std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"));
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env_remove("SANDLOG_KEY")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes)
-        .env("SANDLOG_CACHE_DIR", cache)
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
+    crate::common::sandlog(root)
 }
 
 fn json_success(command: &mut Command) -> Value {

@@ -6,8 +6,7 @@
 
 use serde_json::Value;
 
-mod common;
-use common::sandlog;
+use crate::common::sandlog;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

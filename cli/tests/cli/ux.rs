@@ -15,38 +15,9 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use serde_json::Value;
 
+use crate::common::{sandlog, sandlog_bare, sandlog_std};
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn runtimes() -> PathBuf {
-    std::env::var_os("SANDLOG_RUNTIMES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".runtimes"))
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("SANDLOG_TEST_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/sandlog-test-cache"))
-}
-
-/// The binary on `root`, with the runtimes and the shared module cache, no
-/// colour, and a fixed actor unless a test says otherwise.
-fn sandlog(root: &Path) -> Command {
-    let mut command = Command::cargo_bin("sandlog").unwrap();
-    command
-        .env_remove("SANDLOG_ROOT")
-        .env_remove("SANDLOG_ACTOR")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes())
-        .env("SANDLOG_CACHE_DIR", cache())
-        .env("NO_COLOR", "1")
-        .arg("--root")
-        .arg(root);
-    command
-}
 
 fn json(output: &[u8]) -> Value {
     serde_json::from_slice(output)
@@ -314,13 +285,7 @@ fn log_tail_and_relative_times() -> TestResult {
 #[test]
 fn log_follow_prints_events_other_processes_append() -> TestResult {
     let (_dir, root) = init();
-    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-        .env_remove("SANDLOG_ROOT")
-        .env("NO_COLOR", "1")
-        .env("SANDLOG_RUNTIMES_DIR", runtimes())
-        .env("SANDLOG_CACHE_DIR", cache())
-        .arg("--root")
-        .arg(&root)
+    let mut follower = sandlog_std(&root)
         .args(["--json", "log", "--follow", "--tail", "1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -368,10 +333,7 @@ fn log_follow_prints_events_other_processes_append() -> TestResult {
 #[test]
 fn log_follow_ends_when_its_reader_goes() -> TestResult {
     let (_dir, root) = init();
-    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"))
-        .env_remove("SANDLOG_ROOT")
-        .arg("--root")
-        .arg(&root)
+    let mut follower = sandlog_std(&root)
         .args(["log", "--follow"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -545,7 +507,7 @@ fn reconcile_summarises_and_exits_4_on_drift() -> TestResult {
             || human.contains("the disk matches"),
         "{human}"
     );
-    let help = stdout_of(Command::cargo_bin("sandlog")?.args(["reconcile", "--help"]));
+    let help = stdout_of(sandlog_bare().args(["reconcile", "--help"]));
     assert!(
         help.contains("--orphan-grace") && help.contains("default: 60s"),
         "{help}"
