@@ -578,6 +578,19 @@ pub struct WorkspaceOrphanPurged {
     pub bytes: u64,
 }
 
+/// `workspace.reclaimed`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceReclaimed {
+    /// Workspaces whose directories this pass removed from `trash/`,
+    /// where a prune moved them.
+    pub workspaces: u64,
+    /// Bytes of the files they held, measured as they were removed.
+    pub bytes: u64,
+    /// Directories this pass could not remove, left in `trash/` for the
+    /// next pass.
+    pub failed: u64,
+}
+
 /// One difference between the projection and the disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "what", rename_all = "snake_case")]
@@ -856,6 +869,7 @@ events! {
     WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined) = "workspace.orphan.quarantined", schema 1;
     WorkspaceOrphanPurged(WorkspaceOrphanPurged) = "workspace.orphan.purged", schema 1;
     WorkspaceDriftDetected(WorkspaceDriftDetected) = "workspace.drift.detected", schema 1;
+    WorkspaceReclaimed(WorkspaceReclaimed) = "workspace.reclaimed", schema 1;
     PruneRunStarted(PruneRunStarted) = "prune.run.started", schema 1;
     PruneRunCompleted(PruneRunCompleted) = "prune.run.completed", schema 1;
     ReconcileRunCompleted(ReconcileRunCompleted) = "reconcile.run.completed", schema 1;

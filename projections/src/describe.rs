@@ -104,6 +104,18 @@ pub fn describe(event: &Event) -> String {
             orphan.dir_name,
             format_size(orphan.bytes)
         ),
+        Event::WorkspaceReclaimed(reclaimed) => {
+            let mut text = format!(
+                "{} pruned workspace{} reclaimed ({})",
+                reclaimed.workspaces,
+                if reclaimed.workspaces == 1 { "" } else { "s" },
+                format_size(reclaimed.bytes)
+            );
+            if reclaimed.failed > 0 {
+                text.push_str(&format!(", {} left in trash", reclaimed.failed));
+            }
+            text
+        }
         Event::WorkspaceDriftDetected(detected) => {
             let items: Vec<String> = detected.drift.iter().map(describe_drift).collect();
             format!("drift: {}", items.join("; "))

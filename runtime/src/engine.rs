@@ -179,6 +179,8 @@ pub struct Engine {
     pub(crate) metrics: crate::metrics::Metrics,
     /// What [`Engine::health`] holds the root to.
     pub(crate) health_options: Mutex<crate::health::HealthOptions>,
+    /// The background pass freeing pruned workspaces (see [`crate::trash`]).
+    pub(crate) reclaimer: crate::trash::Reclaimer,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -486,6 +488,7 @@ impl Engine {
             settings_cache: Mutex::new(None),
             metrics: crate::metrics::Metrics::new(),
             health_options: Mutex::new(crate::health::HealthOptions::default()),
+            reclaimer: crate::trash::Reclaimer::default(),
         };
         if engine.options.finish_intents_on_open && !engine.store.is_read_only() {
             // An intent that cannot be finished is recorded and left
@@ -499,6 +502,7 @@ impl Engine {
                     tracing::error!(%error, "finishing pending intents failed; `reconcile` retries them");
                 }
             }
+            engine.reclaim_leftovers();
         }
         Ok(engine)
     }

@@ -15,6 +15,12 @@ pub trait FaultInjector: Send + Sync + std::fmt::Debug {
     /// Called just before a workspace directory is removed; an error is
     /// treated as the removal's own error.
     fn before_remove(&self, session_id: SessionId, path: &Path) -> std::io::Result<()>;
+
+    /// Called just before a directory in `trash/` (a pruned workspace) is
+    /// removed; an error leaves it there, as a failed removal does.
+    fn before_reclaim(&self, _path: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Shares a fault injector.

@@ -13,6 +13,10 @@ pub const WORKSPACES_DIR: &str = "workspaces";
 /// Precompiled modules under the root, used only when the per-user cache
 /// ([`default_cache_dir`]) is unknown or unusable.
 pub const CACHE_DIR: &str = "cache";
+/// Workspaces a prune moved out of `workspaces/`, whose bytes are not
+/// freed yet (see [`crate::trash`]). Under the root, so on the file system
+/// of `workspaces/` (a rename moves a workspace there).
+pub const TRASH_DIR: &str = "trash";
 /// Orphan directories moved out of `workspaces/`.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Evidence kept from adoption (corrupted metadata files).
@@ -67,6 +71,8 @@ pub struct Layout {
     pub cache: PathBuf,
     /// `quarantine/`.
     pub quarantine: PathBuf,
+    /// `trash/`.
+    pub trash: PathBuf,
     /// `evidence/`.
     pub evidence: PathBuf,
 }
@@ -80,6 +86,7 @@ impl Layout {
             workspaces: root.join(WORKSPACES_DIR),
             cache: root.join(CACHE_DIR),
             quarantine: root.join(QUARANTINE_DIR),
+            trash: root.join(TRASH_DIR),
             evidence: root.join(EVIDENCE_DIR),
         }
     }

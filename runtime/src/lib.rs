@@ -71,6 +71,7 @@ pub mod runtimes;
 pub mod sandbox;
 pub mod sessions;
 pub mod shared;
+pub mod trash;
 pub mod verify;
 pub mod witness;
 pub mod workspace;

@@ -85,8 +85,11 @@ pub struct PruneReport {
     pub skipped_sessions: Vec<SessionId>,
     /// Why each was skipped.
     pub skipped_reasons: BTreeMap<SessionId, String>,
-    /// Bytes reclaimed: the workspaces' sizes measured just before deletion
-    /// (in a dry run, their projected sizes).
+    /// Bytes planned or reclaimed: the deleted workspaces' projected sizes,
+    /// whose bytes a background pass frees after the run moved them to
+    /// `trash/` (recorded as `workspace.reclaimed`, see [`crate::trash`]),
+    /// or the sizes measured as a workspace was removed in place (no
+    /// usable trash). In a dry run, the projected sizes.
     pub reclaimed_bytes: u64,
     /// Per-session errors; the run went on past each (P4).
     pub errors: BTreeMap<SessionId, String>,
@@ -381,8 +384,10 @@ impl Engine {
     /// it takes each session's lock and exclusive lease (a busy session is
     /// skipped), appends every intent in one transaction (each expecting
     /// the version the candidate was read at), removes the directories in
-    /// parallel, fsyncs `workspaces/` once, appends every completion in
-    /// one transaction, and then removes the lease files. The batches
+    /// parallel by renaming them into `trash/`, fsyncs `workspaces/` and
+    /// `trash/` once, appends every completion in one transaction, and
+    /// then removes the lease files; a background pass frees the moved
+    /// workspaces' bytes ([`crate::trash`]). The batches
     /// overlap: while one batch's directories are removed, the previous
     /// one's completions and the next one's intents are appended in one
     /// transaction. A crash anywhere leaves each session either untouched
@@ -397,6 +402,9 @@ impl Engine {
     ) -> Result<PruneReport> {
         let started = Instant::now();
         let now = self.options.clock.now();
+        // An earlier run's reclaim, if it ended, is recorded before this
+        // run's events.
+        self.settle_reclaim(false);
         // A node of a shared log prunes the workspaces on its disk: its
         // own sessions, counted alone against the retention limits.
         self.refresh()?;
@@ -513,8 +521,10 @@ impl Engine {
         // removal, completion, lease file, and at most four batches hold
         // leases at once.
         let pool = RemovalPool::new(&self.layout, self.options.fault.as_ref(), &advance);
-        let ids = |held: &[Held<'_, '_>]| -> Vec<SessionId> {
-            held.iter().map(|held| held.candidate.session_id).collect()
+        let ids = |held: &[Held<'_, '_>]| -> Vec<(SessionId, u64)> {
+            held.iter()
+                .map(|held| (held.candidate.session_id, held.candidate.bytes))
+                .collect()
         };
         std::thread::scope(|scope| {
             let _closing = ClosePool(&pool);
@@ -555,6 +565,8 @@ impl Engine {
             }
         });
         progress(total, total);
+        // The moved workspaces' bytes are freed behind the run.
+        self.reclaim_in_background();
         report.duration_ms = started.elapsed().as_millis() as u64;
         let completed = Event::PruneRunCompleted(PruneRunCompleted {
             run_id,

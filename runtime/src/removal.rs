@@ -1,14 +1,14 @@
-//! The removal pool of a prune run: threads that remove the workspaces and
-//! lease files of the run's batches, one after another without a pause
-//! between batches.
+//! The removal pool of a prune run: threads that move the workspaces of
+//! the run's batches into `trash/` (see [`crate::trash`]) and remove their
+//! lease files, one after another without a pause between batches.
 //!
 //! The run submits a batch once its intents are recorded and waits for it
 //! before recording its completions. Jobs are taken in the order they were
 //! submitted, so the workers go on with the next batch while the last
 //! removals of the previous one finish, instead of idling at a barrier per
 //! batch. The thread that finishes a batch's last removal fsyncs
-//! `workspaces/` before the batch counts as done, so a removal reported
-//! `Ok` is durable when the run records it. A thread that waits for a
+//! `workspaces/` and `trash/` before the batch counts as done, so a
+//! removal reported `Ok` is durable when the run records it. A thread that waits for a
 //! batch works through queued jobs meanwhile, so the pool makes progress
 //! even if no worker could be started.
 
@@ -36,6 +36,8 @@ enum Job {
         batch: Ticket,
         slot: usize,
         session_id: SessionId,
+        /// Its projected size: what a move into `trash/` reports.
+        planned_bytes: u64,
     },
     /// Remove a finished session's lease file (by its holder).
     LeaseFile {
@@ -73,6 +75,9 @@ pub(crate) struct RemovalPool<'a> {
     fault: Option<&'a crate::fault::SharedFaultInjector>,
     /// `workspaces/`, opened once; why not, if it could not be.
     workspaces: std::result::Result<Dir, (std::io::ErrorKind, String)>,
+    /// `trash/`, opened (made) once; without it workspaces are removed in
+    /// place.
+    trash: Option<Dir>,
     /// Called after each workspace removal.
     removed: &'a (dyn Fn() + Sync),
     state: Mutex<State>,
@@ -92,10 +97,16 @@ impl<'a> RemovalPool<'a> {
                     format!("opening {}: {error}", layout.workspaces.display()),
                 )
             });
+        let trash = crate::trash::open_trash(layout)
+            .map_err(|error| {
+                tracing::warn!(target: "sandlog::prune", %error, path = %layout.trash.display(), "no trash directory; pruned workspaces are removed in place");
+            })
+            .ok();
         RemovalPool {
             layout,
             fault,
             workspaces,
+            trash,
             removed,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -132,16 +143,18 @@ impl<'a> RemovalPool<'a> {
         ticket
     }
 
-    /// Queues the removal of `sessions`' workspaces.
-    pub(crate) fn submit_workspaces(&self, sessions: &[SessionId]) -> Ticket {
+    /// Queues the removal of `sessions`' workspaces (each with its
+    /// projected size).
+    pub(crate) fn submit_workspaces(&self, sessions: &[(SessionId, u64)]) -> Ticket {
         self.submit(true, |batch| {
             sessions
                 .iter()
                 .enumerate()
-                .map(|(slot, session_id)| Job::Workspace {
+                .map(|(slot, (session_id, planned_bytes))| Job::Workspace {
                     batch,
                     slot,
                     session_id: *session_id,
+                    planned_bytes: *planned_bytes,
                 })
                 .collect()
         })
@@ -265,7 +278,13 @@ impl<'a> RemovalPool<'a> {
         let syncs = entry.syncs;
         drop(state);
         let synced = if syncs {
-            sync_workspaces(self.layout)
+            sync_workspaces(self.layout).and_then(|()| match &self.trash {
+                Some(_) => fsync_dir(&self.layout.trash).map_err(RuntimeError::io(format!(
+                    "syncing {}",
+                    self.layout.trash.display()
+                ))),
+                None => Ok(()),
+            })
         } else {
             Ok(())
         };
@@ -293,8 +312,12 @@ impl<'a> RemovalPool<'a> {
     /// Does one job; a workspace removal's result, if it was one.
     fn execute(&self, job: Job) -> Option<Result<u64>> {
         match job {
-            Job::Workspace { session_id, .. } => {
-                let result = self.remove_workspace(session_id);
+            Job::Workspace {
+                session_id,
+                planned_bytes,
+                ..
+            } => {
+                let result = self.remove_workspace(session_id, planned_bytes);
                 (self.removed)();
                 Some(result)
             }
@@ -309,10 +332,11 @@ impl<'a> RemovalPool<'a> {
         }
     }
 
-    /// Removes a session's workspace directory from `workspaces/` (without
-    /// syncing it): the fault injector first, then the removal; returns
-    /// the bytes it held.
-    fn remove_workspace(&self, session_id: SessionId) -> Result<u64> {
+    /// Moves a session's workspace directory from `workspaces/` into
+    /// `trash/` (syncing neither): the fault injector first, then the
+    /// rename; returns `planned_bytes`, the bytes its reclaim will free, or
+    /// the bytes it held if it had to be removed in place.
+    fn remove_workspace(&self, session_id: SessionId, planned_bytes: u64) -> Result<u64> {
         let path = self.layout.workspace(session_id);
         let workspaces = self
             .workspaces
@@ -322,10 +346,13 @@ impl<'a> RemovalPool<'a> {
                 source: std::io::Error::from(*kind),
             })?;
         before_remove(self.fault, session_id, &path)?;
-        // By directory handle: any tree a guest can build (deeper than
-        // PATH_MAX, say) is measured and removed with O(1) descriptors.
-        crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
-            .map_err(RuntimeError::io(format!("removing {}", path.display())))
+        // In place only when there is no usable trash: by directory
+        // handle, so any tree a guest can build (deeper than PATH_MAX,
+        // say) is measured and removed with O(1) descriptors.
+        let moved =
+            crate::trash::move_to_trash(workspaces, self.trash.as_ref(), &session_id.to_string())
+                .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
+        Ok(moved.unwrap_or(planned_bytes))
     }
 }
 

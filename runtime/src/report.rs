@@ -999,6 +999,7 @@ impl Report<'_, '_> {
             // until the report decides how to show it.
             other @ (Event::WorkspaceOrphanQuarantined(_)
             | Event::WorkspaceOrphanPurged(_)
+            | Event::WorkspaceReclaimed(_)
             | Event::PruneRunStarted(_)
             | Event::PruneRunCompleted(_)
             | Event::ReconcileRunCompleted(_)

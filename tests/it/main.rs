@@ -18,6 +18,9 @@ mod evidence;
 /// Every parser of outside input without a server, fuzzed from the seed
 /// corpus in `tests/fuzz/corpus/`.
 mod fuzz;
+/// Group commit: concurrent appends share an fsync; SIGKILL loses
+/// nothing acknowledged.
+mod group_commit;
 /// Sessions created with a task's group, size limit, read-only data and
 /// context files.
 mod groups;
@@ -63,3 +66,6 @@ mod shared_log;
 /// Catch-up subscriptions and consumer checkpoints; a follower process
 /// killed and resumed while another appends.
 mod subscribe;
+/// Prune's moves into trash/, the background reclaim, SIGKILL at each
+/// step.
+mod trash;

@@ -132,6 +132,7 @@ pub fn reconcile(engine: &Engine, args: ReconcileArgs, output: &Output) -> Resul
             "dry_run": report.dry_run,
             "duration_ms": report.duration_ms,
             "failed_intents": report.failed_intents,
+            "reclaimed": report.reclaimed,
         }))?;
     } else {
         for line in reconcile_summary(output, &report, options.purge_orphans) {
@@ -202,6 +203,18 @@ fn reconcile_summary(
             failed.intent,
             failed.error
         ))));
+    }
+    if report.reclaimed.workspaces > 0 {
+        lines.push(format!(
+            "{} pruned workspace{} freed from trash/ ({})",
+            report.reclaimed.workspaces,
+            if report.reclaimed.workspaces == 1 {
+                ""
+            } else {
+                "s"
+            },
+            sandlog_runtime::core::human::format_size(report.reclaimed.bytes)
+        ));
     }
     for (what, error) in &report.errors {
         lines.push(output.bad(&render::escaped(format!("error: {what}: {error}"))));

@@ -210,7 +210,10 @@ fn prune_events_carry_the_callers_correlation_and_name_their_causes() -> TestRes
             "prune.run.started",
             "session.prune.requested",
             "session.pruned",
-            "prune.run.completed"
+            "prune.run.completed",
+            // The moved workspace's bytes freed behind the run, as the
+            // process ended.
+            "workspace.reclaimed"
         ],
         "{run:#?}"
     );

@@ -81,6 +81,9 @@ pub struct ReconcileReport {
     /// Pending intents still failing after this run (each recorded once
     /// as `session.intent.failed`).
     pub failed_intents: Vec<crate::lifecycle::FailedIntent>,
+    /// Pruned workspaces whose bytes this run freed from `trash/` (see
+    /// [`crate::trash`]); nothing in a dry run.
+    pub reclaimed: crate::trash::Reclaimed,
 }
 
 /// The hash of a file whose bytes were not read: all zeros, which no
@@ -305,12 +308,26 @@ impl Engine {
             dry_run: options.dry_run,
             duration_ms: 0,
             failed_intents: Vec::new(),
+            reclaimed: crate::trash::Reclaimed::default(),
         };
         for action in &actions {
             match action {
                 Action::Orphan { dir_name, .. } => report.orphans.push(dir_name.to_string()),
                 Action::RecordDrift { .. } => report.drift.push(action.clone()),
                 Action::FinishIntent { .. } => {}
+            }
+        }
+        // What a prune moved to `trash/` and a crash or an ended process
+        // left there is freed now; pending intents finished below may add
+        // to it, which the next pass frees.
+        if !options.dry_run {
+            match self.reclaim_trash() {
+                Ok(reclaimed) => report.reclaimed = reclaimed,
+                Err(error) => {
+                    report
+                        .errors
+                        .insert(crate::layout::TRASH_DIR.to_owned(), error.to_string());
+                }
             }
         }
         if options.dry_run || actions.is_empty() {

@@ -38,6 +38,7 @@ mod backend;
 pub mod blobs;
 pub mod chain;
 pub mod error;
+mod group;
 pub mod import;
 pub mod map;
 pub mod merkle;
@@ -239,9 +240,12 @@ const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 /// What a successful commit guarantees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// `synchronous = FULL`: the WAL is fsynced at every commit. An
-    /// acknowledged append survives a process crash *and* power loss. The
-    /// default.
+    /// The WAL is fsynced before every append is acknowledged. An
+    /// acknowledged append survives a process crash *and* power loss.
+    /// Appends of several threads share an fsync (group commit: each
+    /// commits at `synchronous = NORMAL` and waits for the next fsync of
+    /// the WAL, made by one of them for all); every other commit is made
+    /// at `synchronous = FULL`. The default.
     #[default]
     Full,
     /// `synchronous = NORMAL`: the WAL is fsynced only at checkpoints. An
@@ -469,6 +473,9 @@ pub struct EventStore {
     /// Nanoseconds spent updating the map of stream heads inside appends
     /// since open (see [`EventStore::map_time`]).
     pub(crate) map_nanos: std::sync::atomic::AtomicU64,
+    /// Group commit of units of work, at [`Durability::Full`] with a WAL
+    /// (see `group.rs`).
+    pub(crate) group: Option<group::GroupSync>,
 }
 
 impl std::fmt::Debug for EventStore {
@@ -543,11 +550,13 @@ fn not_a_database(path: &Path, error: rusqlite::Error) -> EventStoreError {
     }
 }
 
-fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Result<()> {
+/// Configures a connection; returns whether the file is in WAL mode.
+fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Result<bool> {
     let journal_mode: String = connection
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(|error| not_a_database(path, error))?;
-    if !journal_mode.eq_ignore_ascii_case("wal") {
+    let wal = journal_mode.eq_ignore_ascii_case("wal");
+    if !wal {
         tracing::warn!(%journal_mode, "SQLite refused WAL mode; appends will be slower");
     }
     let synchronous = match options.durability {
@@ -560,7 +569,7 @@ fn configure(connection: &Connection, path: &Path, options: &OpenOptions) -> Res
          PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES};"
         ))
         .sql()?;
-    Ok(())
+    Ok(wal)
 }
 
 /// Why a file opened read-only cannot be used as it is (foreign, too new,
@@ -738,7 +747,7 @@ impl EventStore {
         // Identity and schema before configuration: a foreign file is
         // refused before anything (even WAL mode) is written to it.
         prepare_schema(&mut writer, path, options.on_upgrade.as_ref())?;
-        configure(&writer, path, &options)?;
+        let wal = configure(&writer, path, &options)?;
         // The writer's temporary storage is a file: inside a transaction
         // every statement keeps a journal of the pages it changes (to undo
         // itself alone), held in memory under `temp_store = MEMORY`, so a
@@ -765,6 +774,8 @@ impl EventStore {
             frontier: sandlog_eventstore::merkle::FrontierCache::default(),
             merkle_nanos: std::sync::atomic::AtomicU64::new(0),
             map_nanos: std::sync::atomic::AtomicU64::new(0),
+            group: (wal && options.durability == Durability::Full)
+                .then(|| group::GroupSync::new(path)),
         })
     }
 
@@ -796,6 +807,8 @@ impl EventStore {
             frontier: sandlog_eventstore::merkle::FrontierCache::default(),
             merkle_nanos: std::sync::atomic::AtomicU64::new(0),
             map_nanos: std::sync::atomic::AtomicU64::new(0),
+            // Nothing to commit.
+            group: None,
         })
     }
 

@@ -130,8 +130,10 @@ impl sandlog_eventstore::backend::UnitOfWork for Write<'_, '_> {
 
 impl EventStore {
     /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) and commits if
-    /// it succeeds: every append and blob it made lands together, with one
-    /// fsync; if it fails, nothing does. `f` runs with the writer held, so
+    /// it succeeds: every append and blob it made lands together, durable
+    /// when this returns (at [`super::Durability::Full`], through one fsync
+    /// of the WAL that concurrent writers of this store share: see
+    /// `group.rs`); if it fails, nothing does. `f` runs with the writer held, so
     /// keep it to storage work.
     pub fn write<T, E>(
         &self,
@@ -142,6 +144,34 @@ impl EventStore {
     {
         self.check_writable()?;
         let mut connection = self.lock_writer();
+        // With group commit the connection commits this unit of work at
+        // `synchronous = NORMAL` (set outside the transaction, as SQLite
+        // requires) and goes back to `FULL` whatever happens in between.
+        self.before_grouped_write(&connection)?;
+        let outcome = self.write_in(&mut connection, f);
+        let pending = self.after_grouped_write(&connection, outcome.is_ok())?;
+        let (value, tip) = outcome?;
+        if let Some(frontier) = tip.frontier {
+            self.frontier.put(frontier);
+        }
+        // Released before the fsync, so that concurrent writers commit
+        // meanwhile and share the next one (see `group.rs`).
+        drop(connection);
+        self.wait_durable(pending)?;
+        Ok(value)
+    }
+
+    /// The body of [`EventStore::write`] on the held writer: the
+    /// transaction, `f`, the map, the hook and the commit. Returns `f`'s
+    /// value and the tip the commit left.
+    fn write_in<T, E>(
+        &self,
+        connection: &mut rusqlite::Connection,
+        f: impl FnOnce(&mut Write<'_, '_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<(T, Tip), E>
+    where
+        E: From<EventStoreError>,
+    {
         let transaction = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .sql()
@@ -173,9 +203,6 @@ impl EventStore {
                 .map_err(EventStoreError::Hook)?;
         }
         self.commit(transaction)?;
-        if let Some(frontier) = tip.frontier {
-            self.frontier.put(frontier);
-        }
-        Ok(value)
+        Ok((value, tip))
     }
 }
