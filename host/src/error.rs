@@ -7,7 +7,7 @@ use sandlog_core::{CoreError, ErrorClass, SessionId};
 use sandlog_eventstore::EventStoreError;
 use sandlog_projections::{ProjectionError, SessionStatus};
 
-use crate::sandbox::SandboxError;
+use sandlog_sandbox::SandboxError;
 
 /// Errors of the engine. Each variant says how to handle it; `kind()` gives
 /// the CLI's stable name.
@@ -516,7 +516,8 @@ impl RuntimeError {
         self.class() == ErrorClass::Integrity
     }
 
-    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    /// Maps an I/O error to [`RuntimeError::Io`] with this context.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
         let context = context.into();
         move |source| RuntimeError::Io { context, source }
     }

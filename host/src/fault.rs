@@ -1,5 +1,5 @@
 //! The fault-injection hook of destructive steps, set through
-//! [`crate::EngineOptions::fault`]: for tests and chaos drills only.
+//! `sandlog_runtime::EngineOptions::fault`: for tests and chaos drills only.
 //! Below the engine and the lifecycle code that calls it, so neither
 //! depends on the other for it.
 

@@ -109,7 +109,7 @@ fn open_lease_file(path: &Path) -> Result<File> {
 /// Makes the lease file of a new session (see the module documentation).
 /// Not synced: a file lost in a crash is made again by its first acquirer,
 /// and so is one that could not be made now (a warning says why).
-pub(crate) fn prepare(root: &Path, session_id: SessionId) {
+pub fn prepare(root: &Path, session_id: SessionId) {
     if let Err(error) = open_lease_file(&lease_path(root, session_id)) {
         tracing::warn!(%session_id, %error, "making the lease file failed; its first user makes it");
     }
@@ -142,7 +142,8 @@ pub struct WriterHold {
 }
 
 impl WriterHold {
-    pub(crate) fn new(lease: Lease, writer: WriterLock) -> WriterHold {
+    /// Holds both until dropped.
+    pub fn new(lease: Lease, writer: WriterLock) -> WriterHold {
         WriterHold {
             _writer: writer,
             _lease: lease,

@@ -1,4 +1,4 @@
-//! The stat cache of `session sync` (see [`crate::native`]): per session,
+//! The stat cache of `session sync` (see `sandlog_runtime::native`): per session,
 //! what each file's size, times and inode were when it was last hashed, so
 //! an unchanged file is not read again. Kept under `<root>/scans/`; a file
 //! that cannot be read back whole and checksummed is an empty cache (every
@@ -33,11 +33,12 @@ pub fn stat_cache_path(root: &Path, session_id: SessionId) -> PathBuf {
 /// LE), blake3 (32 bytes).
 const STAT_CACHE_MAGIC: &[u8; 16] = b"sandlog-scan-v1\n";
 
-pub(crate) type StatCache = BTreeMap<WorkspacePath, (Scanned, Hash)>;
+/// Per workspace path: its stat stamp and blake3 when last hashed.
+pub type StatCache = BTreeMap<WorkspacePath, (Scanned, Hash)>;
 
 /// The cache at `path`, or an empty one when it is missing, too large,
 /// unreadable or corrupt (logged; never an error: it is only a cache).
-pub(crate) fn read_stat_cache(path: &Path) -> StatCache {
+pub fn read_stat_cache(path: &Path) -> StatCache {
     match try_read_stat_cache(path) {
         Ok(cache) => cache,
         Err(reason) => {
@@ -143,7 +144,7 @@ impl<'a> CacheReader<'a> {
 /// Writes the cache beside `path` and renames it over: a reader sees the
 /// old cache or the new one. Not fsynced: a cache torn by a crash fails
 /// its checksum and is not used.
-pub(crate) fn write_stat_cache(
+pub fn write_stat_cache(
     path: &Path,
     entries: &[(&WorkspacePath, Scanned, Hash)],
 ) -> std::io::Result<()> {
@@ -179,7 +180,7 @@ pub(crate) fn write_stat_cache(
 }
 
 /// Removes a stat cache (a missing one is fine).
-pub(crate) fn remove_stat_cache(path: &Path) -> std::io::Result<()> {
+pub fn remove_stat_cache(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
         _ => Ok(()),

@@ -40,45 +40,28 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
-pub mod adopt;
-pub mod anchor;
-pub mod applier;
-pub mod audit;
-pub mod documents;
 pub mod engine;
-pub mod error;
 pub mod evidence;
-pub mod exec;
-pub mod fault;
-pub mod files;
-pub mod forensics;
-pub mod health;
-pub mod history;
-pub mod input;
 pub mod kernel;
-pub mod keys;
-pub mod layout;
-pub mod lease;
 pub mod lifecycle;
-pub mod metrics;
-pub mod migrate;
 pub mod native;
-pub mod ocsf;
 pub mod proofs;
-pub mod report;
-pub mod retention;
-pub mod runtimes;
-pub mod sandbox;
-pub mod sessions;
-pub mod shared;
-pub mod verify;
-pub mod witness;
-pub mod workspace;
 
-mod removal;
-mod scan;
-mod statcache;
-mod tree;
+// The files of a root (below the engine) and the wasmtime sandbox, each a
+// crate of its own; re-exported so `sandlog_runtime::layout` and the
+// others keep their paths.
+pub use sandlog_host::{anchor, error, fault, input, keys, layout, lease, runtimes, workspace};
+pub use sandlog_sandbox as sandbox;
+use sandlog_host::statcache;
+use sandlog_sandbox::tree;
+
+// Each job's files, under their old flat paths too.
+pub use engine::{documents, exec, files, forensics, health, metrics, sessions, shared};
+pub use evidence::{history, ocsf, report, retention};
+pub use lifecycle::{adopt, applier, migrate};
+pub use proofs::{audit, verify, witness};
+use engine::scan;
+use lifecycle::removal;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};

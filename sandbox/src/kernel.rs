@@ -3,7 +3,7 @@
 //!
 //! # Protocol
 //!
-//! The guest (a driver program, see `crate::kernel`) reads frames from
+//! The guest (a driver program, see `sandlog_runtime::kernel`) reads frames from
 //! fd 0: an 8-byte little-endian length, then that many bytes. After each
 //! frame it writes its status (`sandlog-status:<code>`) to fd 0 and reads
 //! again. The host serves fd 0 itself ([`kernel_fd_read`],

@@ -10,12 +10,12 @@
 //! # Use
 //!
 //! ```no_run
-//! use sandlog_runtime::sandbox::{Outcome, RunRequest, Sandbox};
-//! # fn main() -> Result<(), sandlog_runtime::sandbox::SandboxError> {
+//! use sandlog_sandbox::{Outcome, RunRequest, Sandbox};
+//! # fn main() -> Result<(), sandlog_sandbox::SandboxError> {
 //! let sandbox = Sandbox::new("/var/lib/sandlog/cache".as_ref())?;
 //! let python = sandbox.load(".runtimes/python.wasm".as_ref())?;
 //! let mut request = RunRequest::new("/var/lib/sandlog/workspaces/s1".as_ref());
-//! request.args = sandlog_runtime::sandbox::python_args("print(1)");
+//! request.args = sandlog_sandbox::python_args("print(1)");
 //! let report = sandbox.run(&python, request)?;
 //! assert_eq!(report.outcome, Outcome::Ok);
 //! # Ok(()) }
@@ -23,7 +23,7 @@
 //!
 //! # Layout
 //!
-//! * `mod.rs`: [`Sandbox`] (engine, linker, caches, ticker) and
+//! * `lib.rs`: [`Sandbox`] (engine, linker, caches, ticker) and
 //!   [`LoadedModule`].
 //! * `limits.rs`: every limit constant, [`ExecLimits`], the memory limiter.
 //! * `run.rs`: one run and the [`Outcome`] classification.
@@ -36,6 +36,8 @@
 //! * `cache.rs`: verified precompiled artifacts on disk.
 //! * `ticker.rs`: the epoch ticker thread.
 //! * `runtimes.rs`: argument conventions of the built-in runtimes.
+//! * `tree.rs`: walks and removals of directory trees by descriptor (the
+//!   quota here; the host's scans and removals).
 //!
 //! # Invariants
 //!
@@ -61,6 +63,7 @@ mod quota;
 mod run;
 mod runtimes;
 mod ticker;
+pub mod tree;
 mod wasi;
 
 use std::collections::HashMap;
@@ -82,7 +85,7 @@ pub use self::limits::ExecLimits;
 pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
 pub use self::wasi::WORKSPACE_GUEST_PATH;
-pub(crate) use self::wasi::validate_request;
+pub use self::wasi::validate_request;
 
 use self::cache::{ArtifactDir, LoadFailure};
 use self::error::boxed;

@@ -30,7 +30,7 @@ use cap_std::fs::{Dir, DirEntry, MetadataExt};
 
 /// What the walk does after an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Visit {
+pub enum Visit {
     /// Go on with the next entry.
     Next,
     /// The entry is a directory: visit its entries (after the other
@@ -41,7 +41,7 @@ pub(crate) enum Visit {
 }
 
 /// What a walk calls back.
-pub(crate) trait Visitor {
+pub trait Visitor {
     /// One entry of the directory whose path from the root is `parents`.
     fn entry(&mut self, parents: &[OsString], entry: &DirEntry) -> io::Result<Visit>;
 
@@ -54,7 +54,7 @@ pub(crate) trait Visitor {
 
 /// Whether a walk went to the end or was stopped by its visitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Walked {
+pub enum Walked {
     /// Every entry was visited.
     Complete,
     /// The visitor returned [`Visit::Stop`].
@@ -107,7 +107,7 @@ fn list(
 /// Walks the tree under `root` depth-first (not following symlinks: only
 /// entries the visitor asks to descend into are opened, and only as
 /// directories whose inode matches the listing).
-pub(crate) fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> {
+pub fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> {
     let mut current = root.try_clone()?;
     let mut parents: Vec<OsString> = Vec::new();
     let Some(subdirs) = list(&current, &parents, visitor)? else {
@@ -160,7 +160,7 @@ pub(crate) fn walk(root: &Dir, visitor: &mut dyn Visitor) -> io::Result<Walked> 
 
 /// Removes everything under `root` (not `root` itself), never following a
 /// symlink; returns the bytes the regular files held (apparent sizes).
-pub(crate) fn remove_contents(root: &Dir) -> io::Result<u64> {
+pub fn remove_contents(root: &Dir) -> io::Result<u64> {
     struct Remover {
         bytes: u64,
     }
@@ -202,7 +202,7 @@ pub(crate) fn remove_contents(root: &Dir) -> io::Result<u64> {
 /// each subdirectory goes through [`remove_tree_walk`], whose descriptors
 /// stay O(1) whatever the depth. A flat workspace, the common case, costs
 /// one open, its listing, a stat and an unlink per file, and the `rmdir`.
-pub(crate) fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u64> {
+pub fn remove_tree(parent: &Dir, name: &std::path::Path) -> io::Result<u64> {
     use rustix::fs::{AtFlags, Mode, OFlags};
     use rustix::io::Errno;
     let opened = rustix::fs::openat(
@@ -313,7 +313,7 @@ fn remove_tree_walk(parent: &Dir, name: &std::path::Path) -> io::Result<u64> {
 
 /// Total apparent size of the regular files under `root`, not following
 /// symlinks (what removing it reclaims).
-pub(crate) fn tree_bytes(root: &Dir) -> io::Result<u64> {
+pub fn tree_bytes(root: &Dir) -> io::Result<u64> {
     struct Sizer {
         bytes: u64,
     }

@@ -31,7 +31,7 @@ pub const WORKSPACE_GUEST_PATH: &str = "/app";
 /// # Errors
 ///
 /// [`SandboxError::InvalidRequest`] saying what is wrong.
-pub(crate) fn validate_request(request: &RunRequest<'_>) -> Result<(), SandboxError> {
+pub fn validate_request(request: &RunRequest<'_>) -> Result<(), SandboxError> {
     if request.readonly_mounts.len() > READONLY_MOUNTS_MAX {
         return Err(invalid(format!(
             "{} read-only mounts, at most {READONLY_MOUNTS_MAX} allowed",

@@ -8,6 +8,16 @@
 //! update in the same transaction). Handlers for one session serialise on
 //! that session's lock; different sessions run in parallel.
 
+pub mod documents;
+pub mod exec;
+pub mod files;
+pub mod forensics;
+pub mod health;
+pub mod metrics;
+pub(crate) mod scan;
+pub mod sessions;
+pub mod shared;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};

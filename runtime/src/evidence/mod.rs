@@ -8,6 +8,11 @@
 //! its bytes were stored already (deduplicated), so what a guest can make
 //! an execution keep does not depend on what other sessions wrote.
 
+pub mod history;
+pub mod ocsf;
+pub mod report;
+pub mod retention;
+
 use sandlog_core::event::{ExecEvidence, FileWritten, NotKept};
 use sandlog_core::human::{format_size, parse_size};
 use sandlog_core::{Event, StreamId};

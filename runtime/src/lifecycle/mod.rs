@@ -16,6 +16,11 @@
 //! once as `session.intent.failed`, stays pending, and never keeps the
 //! root from opening or other sessions from working.
 
+pub mod adopt;
+pub mod applier;
+pub mod migrate;
+pub(crate) mod removal;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};

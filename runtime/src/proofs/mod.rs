@@ -7,6 +7,10 @@
 //! what needs the store (reading nodes, events and blobs) or the OS (the
 //! randomness of a new key, key files).
 
+pub mod audit;
+pub mod verify;
+pub mod witness;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
