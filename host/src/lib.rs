@@ -22,4 +22,3 @@ pub mod workspace;
 
 pub use error::{Result, RuntimeError};
 pub use layout::{Layout, default_cache_dir};
-use sandlog_sandbox::tree;

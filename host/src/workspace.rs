@@ -16,7 +16,7 @@ use sandlog_core::path::PathError;
 use sandlog_core::{Hash, WorkspacePath};
 
 use crate::error::{Result, RuntimeError};
-use crate::tree::Visit;
+use sandlog_sandbox::tree::Visit;
 
 /// Most entries a workspace scan visits before giving up. Bounds the time
 /// and memory of the post-execution comparison; the sandbox's entry quota
@@ -205,7 +205,7 @@ impl Workspace {
                     None => self.dir.try_clone(),
                 }
                 .map_err(self.map_error(path, "deleting"))?;
-                crate::tree::remove_tree(&parent, Path::new(path.file_name()))
+                sandlog_sandbox::tree::remove_tree(&parent, Path::new(path.file_name()))
                     .map(|_| ())
                     .map_err(self.map_error(path, "deleting"))
             }
@@ -316,7 +316,7 @@ impl Workspace {
             prefixes: Vec::new(),
             prefix_of: Vec::new(),
         };
-        crate::tree::walk(&self.dir, &mut scanner).map_err(RuntimeError::io(format!(
+        sandlog_sandbox::tree::walk(&self.dir, &mut scanner).map_err(RuntimeError::io(format!(
             "scanning {}",
             self.path.display()
         )))?;
@@ -405,7 +405,7 @@ impl Scanner<'_> {
     }
 }
 
-impl crate::tree::Visitor for Scanner<'_> {
+impl sandlog_sandbox::tree::Visitor for Scanner<'_> {
     fn entry(
         &mut self,
         parents: &[std::ffi::OsString],
@@ -501,7 +501,7 @@ impl Scanner<'_> {
 /// directory is 0.
 pub fn dir_size(path: &Path) -> std::io::Result<u64> {
     match Dir::open_ambient_dir(path, ambient_authority()) {
-        Ok(dir) => crate::tree::tree_bytes(&dir),
+        Ok(dir) => sandlog_sandbox::tree::tree_bytes(&dir),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(error) => Err(error),
     }
@@ -522,7 +522,7 @@ pub fn remove_dir_tree(path: &Path) -> std::io::Result<u64> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(error),
     };
-    crate::tree::remove_tree(&parent, Path::new(name))
+    sandlog_sandbox::tree::remove_tree(&parent, Path::new(name))
 }
 
 /// fsyncs a directory, so a create, rename or delete inside it is durable.

@@ -52,16 +52,12 @@ pub mod proofs;
 // others keep their paths.
 pub use sandlog_host::{anchor, error, fault, input, keys, layout, lease, runtimes, workspace};
 pub use sandlog_sandbox as sandbox;
-use sandlog_host::statcache;
-use sandlog_sandbox::tree;
 
 // Each job's files, under their old flat paths too.
 pub use engine::{documents, exec, files, forensics, health, metrics, sessions, shared};
 pub use evidence::{history, ocsf, report, retention};
 pub use lifecycle::{adopt, applier, migrate};
 pub use proofs::{audit, verify, witness};
-use engine::scan;
-use lifecycle::removal;
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};

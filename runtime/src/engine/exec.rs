@@ -12,13 +12,13 @@ use sandlog_eventstore::ExpectedVersion;
 use serde::Serialize;
 
 use crate::engine::{CODE_BYTES_MAX, Engine};
-use crate::error::{Result, RuntimeError};
-use crate::runtimes::{self, RuntimesSource};
-use crate::sandbox::limits::SCAN_TIME_MIN;
-use crate::sandbox::{
-    self, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::runtimes::{self, RuntimesSource};
+use sandlog_host::workspace::{ScanLimits, Workspace};
+use sandlog_sandbox::limits::SCAN_TIME_MIN;
+use sandlog_sandbox::{
+    self as sandbox, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
 };
-use crate::workspace::{ScanLimits, Workspace};
 
 /// A guest runtime made ready by [`Engine::prepare_runtime`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,7 +329,7 @@ impl Engine {
         })?;
 
         // The host's work after the run is bounded by the run's own limits
-        // (see `crate::scan`), and an execution is recorded whatever the
+        // (see `crate::engine::scan`), and an execution is recorded whatever the
         // guest left behind.
         let scan_started = Instant::now();
         let deadline = scan_started + limits.timeout.max(SCAN_TIME_MIN);
@@ -337,12 +337,12 @@ impl Engine {
             deadline: Some(deadline),
             ..scan_limits
         })?;
-        let changes = crate::scan::changes(
+        let changes = crate::engine::scan::changes(
             &workspace,
             &session.files,
             &before,
             &after,
-            &crate::scan::Bounds {
+            &crate::engine::scan::Bounds {
                 changed_files_max: limits.changed_files_max,
                 hash_bytes_max: limits.workspace_bytes_max,
                 deadline,

@@ -11,8 +11,8 @@ use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::query::{self, FileView};
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-use crate::workspace::Workspace;
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::Workspace;
 
 impl Engine {
     /// A session's files (from the projection), optionally matching a glob.

@@ -11,7 +11,7 @@ use sandlog_projections::replay::{self, Cut};
 use sandlog_projections::{SessionState, State};
 
 use crate::engine::Engine;
-use crate::error::Result;
+use sandlog_host::error::Result;
 
 impl Engine {
     /// The events matching `filter`, in position order, read a page at a

@@ -10,8 +10,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::RuntimeError;
-use crate::exec::Runtime;
+use crate::engine::exec::Runtime;
+use sandlog_host::error::RuntimeError;
 
 /// Free space below which a root is not ready, by default: appends,
 /// blobs and workspaces need room, and SQLite fails a commit on a full
@@ -153,7 +153,7 @@ impl Engine {
                     "run `sandlog runtimes install` (the pinned builds, into the per-user \
                      directory every root finds), or point {} at a directory holding \
                      python.wasm and quickjs.wasm",
-                    crate::layout::RUNTIMES_DIR_ENV
+                    sandlog_host::layout::RUNTIMES_DIR_ENV
                 ),
             )
         }

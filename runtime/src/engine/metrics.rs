@@ -22,7 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use sandlog_core::Outcome;
 
 use crate::engine::Engine;
-use crate::exec::Runtime;
+use crate::engine::exec::Runtime;
 use crate::kernel::KernelStats;
 
 /// The content type of [`Engine::metrics_text`].

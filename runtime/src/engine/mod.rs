@@ -1,6 +1,6 @@
 //! The [`Engine`]: opens a root, and turns commands into side effects and
 //! the events that record them. This module holds opening and what every
-//! command shares (the root's layout is in [`crate::layout`]); the commands live beside it
+//! command shares (the root's layout is in [`sandlog_host::layout`]); the commands live beside it
 //! (`exec`, `files`, `sessions`, `lifecycle`, ...), each an `impl Engine`.
 //!
 //! Every command handler follows one shape: check the rules against the
@@ -32,11 +32,11 @@ use sandlog_eventstore::{
 use sandlog_projections::query::{self, SessionSummary};
 use sandlog_projections::{SessionState, SessionStatus};
 
-use crate::anchor;
-use crate::error::{Result, RuntimeError};
-use crate::sandbox::{CompileObserver, ExecLimits, ReadonlyMount, Sandbox, SandboxError};
+use sandlog_host::anchor;
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_sandbox::{CompileObserver, ExecLimits, ReadonlyMount, Sandbox, SandboxError};
 
-use crate::layout::{CACHE_DIR_ENV, Layout, NODE_FILE, default_cache_dir};
+use sandlog_host::layout::{CACHE_DIR_ENV, Layout, NODE_FILE, default_cache_dir};
 
 /// Longest code accepted for one execution, bytes. Code travels in the
 /// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.
@@ -58,7 +58,7 @@ pub struct EngineOptions {
     pub durability: Durability,
     /// Where `python.wasm` and `quickjs.wasm` are (then the only place
     /// looked in); default: `$SANDLOG_RUNTIMES_DIR`, else `<root>/runtimes`,
-    /// else the per-user data directory (see [`crate::runtimes`]).
+    /// else the per-user data directory (see [`sandlog_host::runtimes`]).
     pub runtimes_dir: Option<PathBuf>,
     /// Read-only directories every guest sees (vendored packages, say).
     pub readonly_mounts: Vec<ReadonlyMount>,
@@ -91,10 +91,10 @@ pub struct EngineOptions {
     /// How long a writer of a session (an execution, a native run, a
     /// sync, a host write) waits for another writer of the same session,
     /// in this or any process, before failing with `busy`
-    /// ([`crate::lease::WRITER_WAIT_DEFAULT`] by default).
+    /// ([`sandlog_host::lease::WRITER_WAIT_DEFAULT`] by default).
     pub session_wait: Duration,
     /// Failure injection for destructive steps (tests, chaos drills).
-    pub fault: Option<crate::fault::SharedFaultInjector>,
+    pub fault: Option<sandlog_host::fault::SharedFaultInjector>,
     /// The node (host) this engine acts for, recorded on the sessions it
     /// creates (see [`sandlog_core::node`]); default: the root's `node`
     /// file, else the host name (then written to that file).
@@ -103,7 +103,7 @@ pub struct EngineOptions {
     /// default); a PostgreSQL URL or `key=value` connection string for a
     /// log shared by several nodes, each with its own root (workspaces,
     /// and a replica of the log with the read models; see
-    /// [`crate::shared`]).
+    /// [`crate::engine::shared`]).
     pub store: Option<String>,
     /// Create the root (as [`Engine::init`]) if the directory is missing or
     /// holds no root. Off by default: opening never creates a root, so a
@@ -127,7 +127,7 @@ impl Default for EngineOptions {
             on_upgrade: None,
             finish_intents_on_open: true,
             prune_batch_sessions: None,
-            session_wait: crate::lease::WRITER_WAIT_DEFAULT,
+            session_wait: sandlog_host::lease::WRITER_WAIT_DEFAULT,
             fault: None,
             store: None,
             node: None,
@@ -158,10 +158,10 @@ pub struct Engine {
     session_locks: Mutex<HashMap<SessionId, Arc<Mutex<()>>>>,
     /// The root settings as of a version of the system stream.
     pub(crate) settings_cache: Mutex<Option<SettingsAsOf>>,
-    /// What this engine counted (see [`crate::metrics`]).
-    pub(crate) metrics: crate::metrics::Metrics,
+    /// What this engine counted (see [`crate::engine::metrics`]).
+    pub(crate) metrics: crate::engine::metrics::Metrics,
     /// What [`Engine::health`] holds the root to.
-    pub(crate) health_options: Mutex<crate::health::HealthOptions>,
+    pub(crate) health_options: Mutex<crate::engine::health::HealthOptions>,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -369,7 +369,7 @@ impl Engine {
     }
 
     /// [`Engine::open`] for a root whose log is shared (see
-    /// [`crate::shared`]): the anchor pins the shared log's genesis event,
+    /// [`crate::engine::shared`]): the anchor pins the shared log's genesis event,
     /// and the root's SQLite file, made if missing, is this node's replica
     /// of it, brought up to date before the engine is returned.
     fn open_shared(root: &Path, url: &str, options: EngineOptions) -> Result<Engine> {
@@ -451,8 +451,8 @@ impl Engine {
             sandbox: OnceLock::new(),
             session_locks: Mutex::new(HashMap::new()),
             settings_cache: Mutex::new(None),
-            metrics: crate::metrics::Metrics::new(),
-            health_options: Mutex::new(crate::health::HealthOptions::default()),
+            metrics: crate::engine::metrics::Metrics::new(),
+            health_options: Mutex::new(crate::engine::health::HealthOptions::default()),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left
@@ -639,7 +639,7 @@ impl Engine {
     }
 
     /// Takes the session's shared lease (waiting up to
-    /// [`crate::lease::USE_WAIT_MAX`] for a prune or delete holding it),
+    /// [`sandlog_host::lease::USE_WAIT_MAX`] for a prune or delete holding it),
     /// then its writer lock (waiting up to `wait` for another writer), and
     /// returns the session as it is *after* both are held: a prune or
     /// delete that finished meanwhile wins, and the version and files are
@@ -648,7 +648,7 @@ impl Engine {
         &self,
         session_id: SessionId,
         wait: Duration,
-    ) -> Result<(crate::lease::WriterHold, SessionState)> {
+    ) -> Result<(sandlog_host::lease::WriterHold, SessionState)> {
         self.hold_with(session_id, wait, |engine| engine.active_session(session_id))
     }
 
@@ -659,7 +659,7 @@ impl Engine {
         &self,
         session_id: SessionId,
         wait: Duration,
-    ) -> Result<(crate::lease::WriterHold, SessionSummary)> {
+    ) -> Result<(sandlog_host::lease::WriterHold, SessionSummary)> {
         self.hold_with(session_id, wait, |engine| {
             let summary = engine.session(session_id)?;
             match summary.status {
@@ -683,7 +683,7 @@ impl Engine {
         session_id: SessionId,
         wait: Duration,
         load: impl FnOnce(&Engine) -> Result<T>,
-    ) -> Result<(crate::lease::WriterHold, T)> {
+    ) -> Result<(sandlog_host::lease::WriterHold, T)> {
         // Checked before the lease so that an unknown or finished session
         // never gets a lease file.
         let summary = self.session(session_id)?;
@@ -694,13 +694,13 @@ impl Engine {
                 status: summary.status,
             });
         }
-        let lease = crate::lease::Lease::acquire_or_busy(
+        let lease = sandlog_host::lease::Lease::acquire_or_busy(
             &self.layout.root,
             session_id,
-            crate::lease::LeaseMode::Shared,
-            crate::lease::USE_WAIT_MAX,
+            sandlog_host::lease::LeaseMode::Shared,
+            sandlog_host::lease::USE_WAIT_MAX,
         )?;
-        let not_active = |lease: crate::lease::Lease, status: SessionStatus| {
+        let not_active = |lease: sandlog_host::lease::Lease, status: SessionStatus| {
             // Finished while this waited; its lease file may have been
             // removed and just recreated by this open. Any holder
             // re-reads a terminal status, so removing it is safe.
@@ -716,13 +716,13 @@ impl Engine {
         if summary.status != SessionStatus::Active {
             return Err(not_active(lease, summary.status));
         }
-        let writer = crate::lease::WriterLock::acquire(
+        let writer = sandlog_host::lease::WriterLock::acquire(
             &self.layout.workspace(session_id),
             session_id,
             wait,
         )?;
         match load(self) {
-            Ok(session) => Ok((crate::lease::WriterHold::new(lease, writer), session)),
+            Ok(session) => Ok((sandlog_host::lease::WriterHold::new(lease, writer), session)),
             Err(RuntimeError::SessionNotActive { status, .. }) => {
                 drop(writer);
                 Err(not_active(lease, status))

@@ -27,8 +27,8 @@ use sandlog_core::event::{ExecutionLimit, FileDeleted, FileWritten, WrittenBy};
 use sandlog_core::{Hash, WorkspacePath};
 use sandlog_projections::state::FileEntry;
 
-use crate::error::Result;
-use crate::workspace::{Scan, Scanned, Workspace};
+use sandlog_host::error::Result;
+use sandlog_host::workspace::{Scan, Scanned, Workspace};
 
 /// Bounds of the comparison after a run.
 #[derive(Debug, Clone, Copy)]

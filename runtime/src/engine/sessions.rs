@@ -19,10 +19,10 @@ use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::query::SessionSummary;
 
 use crate::engine::{Engine, check_labels};
-use crate::error::{Result, RuntimeError};
-use crate::sandbox::limits::WORKSPACE_BYTES_MAX;
-use crate::sandbox::{ReadonlyMount, RunRequest};
-use crate::workspace::{Workspace, fsync_dir, remove_dir_tree};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::{Workspace, fsync_dir, remove_dir_tree};
+use sandlog_sandbox::limits::WORKSPACE_BYTES_MAX;
+use sandlog_sandbox::{ReadonlyMount, RunRequest};
 
 /// The root setting holding the size limit of sessions created without
 /// one (a size).
@@ -135,7 +135,7 @@ impl Engine {
     /// before the event leaves an empty orphan directory that `reconcile`
     /// quarantines, never an event without a directory.
     pub fn create_session(&self, labels: BTreeMap<String, String>) -> Result<SessionSummary> {
-        self.create_session_with(crate::sessions::NewSession {
+        self.create_session_with(crate::engine::sessions::NewSession {
             labels,
             ..Default::default()
         })
@@ -164,11 +164,14 @@ impl Engine {
             "creating {}",
             directory.display()
         )))?;
-        crate::lease::prepare(&self.layout.root, session_id);
+        sandlog_host::lease::prepare(&self.layout.root, session_id);
         let created = self.fill_and_record(session_id, &directory, &new, readonly);
         if let Err(error) = created {
             let _ = remove_dir_tree(&directory);
-            let _ = std::fs::remove_file(crate::lease::lease_path(&self.layout.root, session_id));
+            let _ = std::fs::remove_file(sandlog_host::lease::lease_path(
+                &self.layout.root,
+                session_id,
+            ));
             return Err(error);
         }
         tracing::info!(target: "sandlog::lifecycle", event = "session.created", %session_id, context_files = new.context.len(), "session created");
@@ -263,7 +266,7 @@ impl Engine {
         }
         let mut request = RunRequest::new(&self.layout.workspaces);
         request.readonly_mounts = self.readonly_mounts(&declared);
-        crate::sandbox::validate_request(&request).map_err(RuntimeError::Sandbox)?;
+        sandlog_sandbox::validate_request(&request).map_err(RuntimeError::Sandbox)?;
         Ok(declared)
     }
 

@@ -23,17 +23,17 @@ use sandlog_core::{Envelope, NewEvent, StreamId};
 use sandlog_eventstore::{Backend, EventStoreError, ExpectedVersion, UnitOfWork};
 
 use crate::engine::Engine;
-use crate::error::Result;
+use sandlog_host::error::Result;
 #[cfg(not(feature = "postgres"))]
-use crate::error::RuntimeError;
+use sandlog_host::error::RuntimeError;
 
 /// Whether `store` names a database to share rather than a file: a
 /// `postgres://` or `postgresql://` URL, or a `key=value` connection
 /// string.
 pub fn is_database_url(store: &str) -> bool {
     matches!(
-        crate::migrate::LogLocation::parse(store),
-        crate::migrate::LogLocation::Postgres(_)
+        crate::lifecycle::migrate::LogLocation::parse(store),
+        crate::lifecycle::migrate::LogLocation::Postgres(_)
     )
 }
 
@@ -56,7 +56,7 @@ impl Engine {
         _clock: std::sync::Arc<dyn sandlog_core::Clock>,
     ) -> Result<Box<dyn Backend>> {
         Err(RuntimeError::BadLocation {
-            location: crate::migrate::LogLocation::parse(url).describe(),
+            location: crate::lifecycle::migrate::LogLocation::parse(url).describe(),
             reason: "this build has no PostgreSQL support (sandlog-runtime's `postgres` feature); \
                      rebuild with it, or leave the store unset to keep the log in the root"
                 .into(),

@@ -22,8 +22,8 @@ use sandlog_projections::{Cut, SessionState, State, apply};
 use serde::Serialize;
 
 use crate::engine::{Engine, check_labels};
-use crate::error::{Result, RuntimeError};
-use crate::workspace::{Workspace, fsync_dir};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::{Workspace, fsync_dir};
 
 /// Bytes of code or output an [`ExecutionRecord`] holds per stream when
 /// read for a listing (a timeline, a report): enough for a person to see
@@ -32,7 +32,7 @@ pub const EXCERPT_BYTES_DEFAULT: usize = 4 * 1024;
 
 /// Most bytes of code or output read whole for one execution: the largest
 /// output limit an execution can have.
-pub const CONTENT_BYTES_MAX: usize = crate::sandbox::limits::OUTPUT_BYTES_MAX;
+pub const CONTENT_BYTES_MAX: usize = sandlog_sandbox::limits::OUTPUT_BYTES_MAX;
 
 /// A session as it was at a point.
 #[derive(Debug, Clone)]
@@ -633,14 +633,16 @@ impl Engine {
             "creating {}",
             directory.display()
         )))?;
-        crate::lease::prepare(&self.layout.root, session_id);
+        sandlog_host::lease::prepare(&self.layout.root, session_id);
         let made = self.fill_fork(&past, &directory);
         let (copied, missing) = match made {
             Ok(made) => made,
             Err(error) => {
-                let _ = crate::workspace::remove_dir_tree(&directory);
-                let _ =
-                    std::fs::remove_file(crate::lease::lease_path(&self.layout.root, session_id));
+                let _ = sandlog_host::workspace::remove_dir_tree(&directory);
+                let _ = std::fs::remove_file(sandlog_host::lease::lease_path(
+                    &self.layout.root,
+                    session_id,
+                ));
                 return Err(error);
             }
         };
@@ -686,7 +688,7 @@ impl Engine {
             Ok(())
         });
         if let Err(error) = appended {
-            let _ = crate::workspace::remove_dir_tree(&directory);
+            let _ = sandlog_host::workspace::remove_dir_tree(&directory);
             return Err(error);
         }
         tracing::info!(target: "sandlog::lifecycle", event = "session.forked", %session_id, from = %origin, at = past.position.0, "session forked");

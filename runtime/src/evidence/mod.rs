@@ -19,9 +19,9 @@ use sandlog_core::{Event, StreamId};
 use sandlog_eventstore::{EventStoreError, LogFilter, UnitOfWork};
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-use crate::sandbox::limits::WORKSPACE_BYTES_MAX;
-use crate::workspace::Workspace;
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::Workspace;
+use sandlog_sandbox::limits::WORKSPACE_BYTES_MAX;
 
 /// File bytes one execution keeps as evidence when neither the call nor
 /// the root says otherwise: a third of the default workspace quota, so a
@@ -66,7 +66,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "sign a checkpoint after every prune run (true or false)",
     ),
     (
-        crate::sessions::SESSION_MAX_SIZE_SETTING,
+        crate::engine::sessions::SESSION_MAX_SIZE_SETTING,
         "the size limit of sessions created without --max-size (a size such as 1GiB)",
     ),
 ];
@@ -226,7 +226,7 @@ impl Engine {
             (CHECKPOINT_KEY_SETTING, Some(value)) => {
                 // Checked now, so a typo fails here and not at the first
                 // automatic checkpoint.
-                crate::keys::read_signer_key(std::path::Path::new(value))?;
+                sandlog_host::keys::read_signer_key(std::path::Path::new(value))?;
             }
             (CHECKPOINT_EVERY_SETTING, Some(value)) => {
                 if !value.parse::<u64>().is_ok_and(|every| every > 0) {
@@ -236,8 +236,8 @@ impl Engine {
                     ));
                 }
             }
-            (crate::sessions::SESSION_MAX_SIZE_SETTING, Some(value)) => {
-                crate::sessions::parse_max_size(value)?;
+            (crate::engine::sessions::SESSION_MAX_SIZE_SETTING, Some(value)) => {
+                crate::engine::sessions::parse_max_size(value)?;
             }
             (CHECKPOINT_ON_PRUNE_SETTING, Some(value)) => {
                 if value.parse::<bool>().is_err() {

@@ -25,7 +25,7 @@ use sandlog_eventstore::{BlobState, EventStoreError, LogFilter};
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
+use sandlog_host::error::{Result, RuntimeError};
 
 /// Most bytes of one piece of content (code, stdout, stderr, a file)
 /// shown: enough to read what ran and what it printed; the rest is one

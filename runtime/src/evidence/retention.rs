@@ -16,7 +16,7 @@ use sandlog_projections::evidence as refs;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
+use sandlog_host::error::{Result, RuntimeError};
 
 /// Blobs named by one `evidence.erased` event; an erasure of more is
 /// recorded in several events appended together, so each stays far under

@@ -39,9 +39,9 @@ use sandlog_eventstore::{EventStoreError, ExpectedVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
 use crate::lifecycle::{FS_THREADS_MAX, Progress, in_parallel_threads};
-use crate::workspace::{SCAN_ENTRIES_MAX, fsync_dir};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::{SCAN_ENTRIES_MAX, fsync_dir};
 
 /// The seed systems' metadata file name.
 pub const SEED_METADATA_FILE: &str = ".metadata.json";
@@ -889,7 +889,10 @@ impl Engine {
                             ));
                         }
                         Ok(_) => self.quarantine_entry(&dir, path, &quarantine)?.then(|| {
-                            format!("{}/{quarantine_name}/{text}", crate::layout::QUARANTINE_DIR)
+                            format!(
+                                "{}/{quarantine_name}/{text}",
+                                sandlog_host::layout::QUARANTINE_DIR
+                            )
                         }),
                     };
                     tracing::warn!(target: "sandlog::lifecycle", %session_id, path = %text, kind, reason, moved_to = moved_to.as_deref().unwrap_or("deleted"), "adoption refused an entry");
@@ -1026,7 +1029,7 @@ impl Engine {
                 )))?;
                 evidence = Some(format!(
                     "{}/{session_id}.metadata.json",
-                    crate::layout::EVIDENCE_DIR
+                    sandlog_host::layout::EVIDENCE_DIR
                 ));
             }
             MetadataStatus::Ok => {

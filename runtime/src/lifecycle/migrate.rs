@@ -14,7 +14,7 @@ use sandlog_core::merkle::MerkleHash;
 use sandlog_core::{Hash, Position};
 use sandlog_eventstore::{EventStore, OpenOptions, Portable, VerifyReport, copy_log};
 
-use crate::error::{Result, RuntimeError};
+use sandlog_host::error::{Result, RuntimeError};
 
 /// Where a log lives, as named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]

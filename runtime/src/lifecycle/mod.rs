@@ -40,9 +40,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-use crate::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
-use crate::removal::{RemovalPool, Ticket, before_remove, sync_workspaces};
+use crate::lifecycle::removal::{RemovalPool, Ticket, before_remove, sync_workspaces};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::lease::{DELETE_WAIT_DEFAULT, Lease, LeaseMode};
 
 /// The reason prune gives for a session it kept because another execution,
 /// write or delete held its lease.
@@ -371,7 +371,7 @@ impl Engine {
         before_remove(self.options.fault.as_ref(), session_id, &path)?;
         // By directory handle: any tree a guest can build (deeper than
         // PATH_MAX, say) is measured and removed with O(1) descriptors.
-        let bytes = crate::workspace::remove_dir_tree(&path)
+        let bytes = sandlog_host::workspace::remove_dir_tree(&path)
             .map_err(RuntimeError::io(format!("removing {}", path.display())))?;
         sync_workspaces(&self.layout)?;
         Ok(bytes)

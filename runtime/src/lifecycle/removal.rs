@@ -21,10 +21,10 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use sandlog_core::SessionId;
 
-use crate::error::{Result, RuntimeError};
-use crate::layout::Layout;
-use crate::lease::Lease;
-use crate::workspace::fsync_dir;
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::layout::Layout;
+use sandlog_host::lease::Lease;
+use sandlog_host::workspace::fsync_dir;
 
 /// A submitted batch, to wait for with [`RemovalPool::wait`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -70,7 +70,7 @@ struct State {
 /// [`RemovalPool::close`].
 pub(crate) struct RemovalPool<'a> {
     layout: &'a Layout,
-    fault: Option<&'a crate::fault::SharedFaultInjector>,
+    fault: Option<&'a sandlog_host::fault::SharedFaultInjector>,
     /// `workspaces/`, opened once; why not, if it could not be.
     workspaces: std::result::Result<Dir, (std::io::ErrorKind, String)>,
     /// Called after each workspace removal.
@@ -82,7 +82,7 @@ pub(crate) struct RemovalPool<'a> {
 impl<'a> RemovalPool<'a> {
     pub(crate) fn new(
         layout: &'a Layout,
-        fault: Option<&'a crate::fault::SharedFaultInjector>,
+        fault: Option<&'a sandlog_host::fault::SharedFaultInjector>,
         removed: &'a (dyn Fn() + Sync),
     ) -> RemovalPool<'a> {
         let workspaces =
@@ -324,7 +324,7 @@ impl<'a> RemovalPool<'a> {
         before_remove(self.fault, session_id, &path)?;
         // By directory handle: any tree a guest can build (deeper than
         // PATH_MAX, say) is measured and removed with O(1) descriptors.
-        crate::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
+        sandlog_sandbox::tree::remove_tree(workspaces, Path::new(&session_id.to_string()))
             .map_err(RuntimeError::io(format!("removing {}", path.display())))
     }
 }
@@ -332,7 +332,7 @@ impl<'a> RemovalPool<'a> {
 /// The fault injector's hook before a workspace at `path` is removed (a
 /// no-op without one): what every workspace removal runs first.
 pub(crate) fn before_remove(
-    fault: Option<&crate::fault::SharedFaultInjector>,
+    fault: Option<&sandlog_host::fault::SharedFaultInjector>,
     session_id: SessionId,
     path: &Path,
 ) -> Result<()> {

@@ -55,13 +55,13 @@ use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::state::FileEntry;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-use crate::sandbox::limits::SCAN_TIME_MIN;
-use crate::scan::{Bounds, Changes};
-use crate::workspace::{Scan, ScanLimits, Scanned, Workspace};
+use crate::engine::scan::{Bounds, Changes};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::{Scan, ScanLimits, Scanned, Workspace};
+use sandlog_sandbox::limits::SCAN_TIME_MIN;
 
-pub use crate::statcache::{SCANS_DIR, STAT_CACHE_BYTES_MAX, stat_cache_path};
-use crate::statcache::{read_stat_cache, write_stat_cache};
+pub use sandlog_host::statcache::{SCANS_DIR, STAT_CACHE_BYTES_MAX, stat_cache_path};
+use sandlog_host::statcache::{read_stat_cache, write_stat_cache};
 
 /// Bytes of a native command's escaped command line: it is recorded in
 /// `native.started`, which must stay far below the payload limit.
@@ -275,7 +275,7 @@ fn pump(
 }
 
 /// The host paths of `mounts`, joined by `:` (for `SANDLOG_READONLY`).
-fn readonly_list(mounts: &[crate::sandbox::ReadonlyMount]) -> OsString {
+fn readonly_list(mounts: &[sandlog_sandbox::ReadonlyMount]) -> OsString {
     let mut list = OsString::new();
     for (index, mount) in mounts.iter().enumerate() {
         if index > 0 {
@@ -581,7 +581,7 @@ impl Engine {
                 deadline: Some(deadline),
                 ..scan_limits
             })?;
-            let mut changes = crate::scan::changes(
+            let mut changes = crate::engine::scan::changes(
                 &workspace,
                 &session.files,
                 &before,
@@ -711,7 +711,7 @@ impl Engine {
             })
             .map(|(path, scanned)| (path.clone(), *scanned))
             .collect();
-        let mut changes = crate::scan::changes(
+        let mut changes = crate::engine::scan::changes(
             &workspace,
             &session.files,
             &vouched,

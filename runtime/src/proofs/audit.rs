@@ -18,7 +18,7 @@ use sandlog_eventstore::{EventStore, Portable as _};
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
+use sandlog_host::error::{Result, RuntimeError};
 
 /// Stored checkpoints read per page, and stored map roots.
 const AUDIT_PAGE_ROWS: usize = 10_000;

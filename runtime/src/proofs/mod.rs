@@ -26,8 +26,10 @@ use sandlog_projections::state::State;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-pub use crate::keys::{KEY_FILE_BYTES_MAX, generate_key_file, read_signer_key, read_verifier_key};
+use sandlog_host::error::{Result, RuntimeError};
+pub use sandlog_host::keys::{
+    KEY_FILE_BYTES_MAX, generate_key_file, read_signer_key, read_verifier_key,
+};
 
 /// A checkpoint signed now, as stored and handed out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -204,7 +206,7 @@ pub fn verify_bundle(bytes: &[u8], key: &VerifierKey) -> Result<BundleReport> {
 }
 
 /// [`verify_bundle`], and with `witnesses`, first that the checkpoint
-/// carries enough valid cosignatures ([`crate::witness::check_witnesses`]).
+/// carries enough valid cosignatures ([`crate::proofs::witness::check_witnesses`]).
 pub fn verify_bundle_witnessed(
     bytes: &[u8],
     key: &VerifierKey,
@@ -212,7 +214,7 @@ pub fn verify_bundle_witnessed(
 ) -> Result<BundleReport> {
     let bundle = Bundle::parse(bytes).map_err(RuntimeError::Bundle)?;
     let quorum = witnesses
-        .map(|policy| crate::witness::check_witnesses(&bundle.checkpoint, key, policy))
+        .map(|policy| crate::proofs::witness::check_witnesses(&bundle.checkpoint, key, policy))
         .transpose()?;
     let VerifiedBundle {
         checkpoint,

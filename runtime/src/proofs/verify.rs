@@ -7,7 +7,7 @@ use sandlog_projections::{State, apply};
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::error::Result;
+use sandlog_host::error::Result;
 
 /// What `verify` found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -9,9 +9,11 @@ use sandlog_core::note::{Checkpoint, VerifierKey};
 use sandlog_core::witness::AddCheckpoint;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-pub use crate::keys::{generate_witness_key_file, read_witness_key, read_witness_verifier_key};
 use crate::proofs::SignedCheckpoint;
+use sandlog_host::error::{Result, RuntimeError};
+pub use sandlog_host::keys::{
+    generate_witness_key_file, read_witness_key, read_witness_verifier_key,
+};
 
 /// Checks a checkpoint note for a verifier: the log's signature (and that
 /// its origin is the key's name), then that at least the policy's

@@ -25,9 +25,9 @@ use uuid::Uuid;
 
 use self::plan::{Action, Intent, Observed, ProjectedSession};
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
 use crate::lifecycle::Progress;
-use crate::workspace::{Workspace, dir_size, fsync_dir, remove_dir_tree};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_host::workspace::{Workspace, dir_size, fsync_dir, remove_dir_tree};
 
 /// How young a UUID-named directory with no session may be before it is
 /// judged an orphan. Creating a session makes its directory a moment before
@@ -156,11 +156,11 @@ impl Engine {
         workspace: &Workspace,
     ) -> Result<BTreeMap<sandlog_core::WorkspacePath, Hash>> {
         let limits = &self.options.limits;
-        let deadline = Instant::now() + limits.timeout.max(crate::sandbox::limits::SCAN_TIME_MIN);
-        let scan = workspace.scan_bounded(&crate::workspace::ScanLimits {
+        let deadline = Instant::now() + limits.timeout.max(sandlog_sandbox::limits::SCAN_TIME_MIN);
+        let scan = workspace.scan_bounded(&sandlog_host::workspace::ScanLimits {
             entries_max: limits.scan_entries_max,
             deadline: Some(deadline),
-            ..crate::workspace::ScanLimits::default()
+            ..sandlog_host::workspace::ScanLimits::default()
         })?;
         let mut budget = limits.workspace_bytes_max;
         let mut files = BTreeMap::new();
@@ -404,7 +404,7 @@ impl Engine {
                     let event = Event::WorkspaceOrphanQuarantined(WorkspaceOrphanQuarantined {
                         dir_name: name.clone(),
                         bytes,
-                        moved_to: format!("{}/{target_name}", crate::layout::QUARANTINE_DIR),
+                        moved_to: format!("{}/{target_name}", sandlog_host::layout::QUARANTINE_DIR),
                     });
                     (bytes, event)
                 };
