@@ -11,27 +11,8 @@ use serde::Serialize;
 
 use crate::engine::Engine;
 use crate::engine::exec::Runtime;
+pub use crate::engine::{DISK_FREE_MIN_DEFAULT, HealthOptions};
 use sandlog_host::error::RuntimeError;
-
-/// Free space below which a root is not ready, by default: appends,
-/// blobs and workspaces need room, and SQLite fails a commit on a full
-/// disk.
-pub const DISK_FREE_MIN_DEFAULT: u64 = 256 * 1024 * 1024;
-
-/// What the checks are held to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthOptions {
-    /// Free bytes the root's filesystem must have.
-    pub disk_free_min: u64,
-}
-
-impl Default for HealthOptions {
-    fn default() -> Self {
-        HealthOptions {
-            disk_free_min: DISK_FREE_MIN_DEFAULT,
-        }
-    }
-}
 
 /// One check: its stable name, whether it passed, what it found, and what
 /// to do when it failed.

@@ -7,25 +7,18 @@
 //!
 //! Recording is a few atomic operations (a labelled series is found under
 //! a read lock once it exists); nothing here does I/O except
-//! [`Engine::metrics_text`], which reads the head and the log's size when
+//! `Engine::metrics_text` (in `telemetry.rs`), which reads the head and the log's size when
 //! scraped.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use sandlog_core::Outcome;
 
-use crate::engine::Engine;
-use crate::engine::exec::Runtime;
-use crate::kernel::KernelStats;
-
-/// The content type of [`Engine::metrics_text`].
+/// The content type of `Engine::metrics_text`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labels<const N: usize> = [(&'static str, String); N];
@@ -48,24 +41,24 @@ fn commit_buckets() -> Histogram {
 
 /// Every metric one engine keeps.
 pub struct Metrics {
-    registry: Registry,
-    executions: Family<Labels<2>, Counter>,
-    execution_duration: HistogramFamily<1>,
+    pub(super) registry: Registry,
+    pub(super) executions: Family<Labels<2>, Counter>,
+    pub(super) execution_duration: HistogramFamily<1>,
     queue_wait: Histogram,
     appends: Counter,
     append_duration: Histogram,
-    log_bytes: Gauge,
-    head_position: Gauge,
+    pub(super) log_bytes: Gauge,
+    pub(super) head_position: Gauge,
     prune_runs: Family<Labels<1>, Counter>,
     sessions_pruned: Counter,
     verify_runs: Family<Labels<1>, Counter>,
     errors: Family<Labels<1>, Counter>,
     http_requests: Family<Labels<3>, Counter>,
     http_duration: HistogramFamily<1>,
-    kernels_live: Gauge,
-    kernels_started: Counter,
-    kernels_restarted: Counter,
-    kernels_evicted: Counter,
+    pub(super) kernels_live: Gauge,
+    pub(super) kernels_started: Counter,
+    pub(super) kernels_restarted: Counter,
+    pub(super) kernels_evicted: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -77,16 +70,6 @@ impl std::fmt::Debug for Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
-    }
-}
-
-/// A runtime as a label: its name for the built-in ones, `module` for any
-/// other module, so a caller's paths cannot grow the series without bound.
-fn runtime_label(runtime: &Runtime) -> &'static str {
-    match runtime {
-        Runtime::Python => "python",
-        Runtime::JavaScript => "javascript",
-        Runtime::Module(_) => "module",
     }
 }
 
@@ -210,19 +193,6 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn execution(&self, runtime: &Runtime, outcome: Outcome, duration: Duration) {
-        let runtime = runtime_label(runtime);
-        self.executions
-            .get_or_create(&[
-                ("runtime", runtime.to_owned()),
-                ("outcome", outcome.as_str().to_owned()),
-            ])
-            .inc();
-        self.execution_duration
-            .get_or_create(&[("runtime", runtime.to_owned())])
-            .observe(duration.as_secs_f64());
-    }
-
     pub(crate) fn queue_wait(&self, waited: Duration) {
         self.queue_wait.observe(waited.as_secs_f64());
     }
@@ -266,54 +236,5 @@ impl Metrics {
         self.http_duration
             .get_or_create(&[("route", route.to_owned())])
             .observe(took.as_secs_f64());
-    }
-
-    /// A kernel pool's figures, as of now (its counters only grow, so
-    /// they are taken as they are).
-    pub fn kernels(&self, stats: &KernelStats) {
-        self.kernels_live
-            .set(i64::try_from(stats.kernels).unwrap_or(i64::MAX));
-        self.kernels_started
-            .inner()
-            .store(stats.kernel_starts, Ordering::Relaxed);
-        self.kernels_restarted
-            .inner()
-            .store(stats.restarts, Ordering::Relaxed);
-        self.kernels_evicted
-            .inner()
-            .store(stats.evictions, Ordering::Relaxed);
-    }
-}
-
-impl Engine {
-    /// This engine's metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]),
-    /// with the head's position and the log's size read now. A head that
-    /// cannot be read leaves its gauge as it was (the readiness checks
-    /// report why).
-    pub fn metrics_text(&self) -> String {
-        let metrics = &self.metrics;
-        if let Ok(head) = self.store.head() {
-            metrics
-                .head_position
-                .set(i64::try_from(head.position.0).unwrap_or(i64::MAX));
-        }
-        let database = &self.layout.database;
-        let mut wal = database.as_os_str().to_owned();
-        wal.push("-wal");
-        let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |meta| meta.len());
-        let bytes = size(database).saturating_add(size(std::path::Path::new(&wal)));
-        metrics
-            .log_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
-        let mut text = String::new();
-        // Writing to a String cannot fail; an encoder error would leave a
-        // partial text, which a scraper rejects as a whole.
-        let _ = encode(&mut text, &metrics.registry);
-        text
     }
 }

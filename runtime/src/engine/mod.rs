@@ -17,6 +17,7 @@ pub mod metrics;
 pub(crate) mod scan;
 pub mod sessions;
 pub mod shared;
+mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,26 @@ use sandlog_host::layout::{CACHE_DIR_ENV, Layout, NODE_FILE, default_cache_dir};
 /// Longest code accepted for one execution, bytes. Code travels in the
 /// guest's argv and is stored as a blob; 1 MiB is far beyond any snippet.
 pub const CODE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Free space below which a root is not ready, by default: appends,
+/// blobs and workspaces need room, and SQLite fails a commit on a full
+/// disk.
+pub const DISK_FREE_MIN_DEFAULT: u64 = 256 * 1024 * 1024;
+
+/// What the checks are held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthOptions {
+    /// Free bytes the root's filesystem must have.
+    pub disk_free_min: u64,
+}
+
+impl Default for HealthOptions {
+    fn default() -> Self {
+        HealthOptions {
+            disk_free_min: DISK_FREE_MIN_DEFAULT,
+        }
+    }
+}
 
 /// How to open an engine.
 #[derive(Debug, Clone)]
@@ -161,7 +182,7 @@ pub struct Engine {
     /// What this engine counted (see [`crate::engine::metrics`]).
     pub(crate) metrics: crate::engine::metrics::Metrics,
     /// What [`Engine::health`] holds the root to.
-    pub(crate) health_options: Mutex<crate::engine::health::HealthOptions>,
+    pub(crate) health_options: Mutex<HealthOptions>,
 }
 
 /// Root settings folded from the log, and the system stream's version they
@@ -452,7 +473,7 @@ impl Engine {
             session_locks: Mutex::new(HashMap::new()),
             settings_cache: Mutex::new(None),
             metrics: crate::engine::metrics::Metrics::new(),
-            health_options: Mutex::new(crate::engine::health::HealthOptions::default()),
+            health_options: Mutex::new(HealthOptions::default()),
         };
         if engine.options.finish_intents_on_open {
             // An intent that cannot be finished is recorded and left

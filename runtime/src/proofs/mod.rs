@@ -8,6 +8,7 @@
 //! randomness of a new key, key files).
 
 pub mod audit;
+pub mod checkpoint;
 pub mod verify;
 pub mod witness;
 
@@ -25,22 +26,13 @@ use sandlog_projections::SessionState;
 use sandlog_projections::state::State;
 use serde::Serialize;
 
+pub use crate::proofs::checkpoint::SignedCheckpoint;
+
 use crate::engine::Engine;
 use sandlog_host::error::{Result, RuntimeError};
 pub use sandlog_host::keys::{
     KEY_FILE_BYTES_MAX, generate_key_file, read_signer_key, read_verifier_key,
 };
-
-/// A checkpoint signed now, as stored and handed out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SignedCheckpoint {
-    /// Events covered.
-    pub size: u64,
-    /// The tree's root, base64 (as in the note).
-    pub root: String,
-    /// The signed note: publish it, or hand it to a witness.
-    pub note: String,
-}
 
 /// An RFC 6962 proof, ready to print as JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

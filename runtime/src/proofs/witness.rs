@@ -9,7 +9,7 @@ use sandlog_core::note::{Checkpoint, VerifierKey};
 use sandlog_core::witness::AddCheckpoint;
 
 use crate::engine::Engine;
-use crate::proofs::SignedCheckpoint;
+use crate::proofs::checkpoint::SignedCheckpoint;
 use sandlog_host::error::{Result, RuntimeError};
 pub use sandlog_host::keys::{
     generate_witness_key_file, read_witness_key, read_witness_verifier_key,
