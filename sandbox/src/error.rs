@@ -235,3 +235,10 @@ impl SandboxError {
 pub(crate) fn boxed(error: wasmtime::Error) -> BoxedError {
     error.into()
 }
+
+/// A wasmtime error of the host's own setup, as a [`SandboxError`].
+pub(crate) fn engine_error(error: wasmtime::Error) -> SandboxError {
+    SandboxError::Engine {
+        source: boxed(error),
+    }
+}

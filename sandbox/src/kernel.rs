@@ -29,14 +29,18 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use wasmtime::{Caller, Extern, InstancePre, Store, TypedFunc};
+use wasmtime::{Caller, Extern, InstancePre, Store};
 
-use super::error::boxed;
+use super::clock::GuestMonotonicClock;
+use super::error::{boxed, engine_error};
+use super::kernel_io::{Frame, Idle, KernelIo, Report, WasiIoFunc};
 use super::limits::ExecLimits;
 use super::output::CappedOutput;
-use super::poll::{GuestMonotonicClock, INNER_MODULE, POLL_ONEOFF};
+use super::poll::{INNER_MODULE, POLL_ONEOFF};
 use super::quota::{self, Usage};
-use super::run::{self, Host, Interrupt, Outcome, RunReport, RunRequest};
+use super::request::{Outcome, RunReport, RunRequest};
+use super::run;
+use super::store::{Host, Interrupt, install_limits};
 use super::wasi::{self, GuestStdio};
 use super::{LoadedModule, SandboxError, SandboxInner};
 
@@ -113,52 +117,6 @@ const ERRNO_BADF: i32 = 8;
 const ERRNO_FAULT: i32 = 21;
 /// WASI errno `inval`.
 const ERRNO_INVAL: i32 = 28;
-
-type WasiIoFunc = TypedFunc<(i32, i32, i32, i32), i32>;
-
-/// A frame handed to the guest, with the limits of its execution.
-struct Frame {
-    input: Vec<u8>,
-    fuel: u64,
-    deadline: Instant,
-    memory_bytes: u64,
-}
-
-/// What the guest told the host when it next asked for a frame.
-#[derive(Debug)]
-struct Idle {
-    fuel_left: u64,
-    status: Option<Vec<u8>>,
-    memory_refused: bool,
-    memory_bytes: u64,
-}
-
-/// What the kernel thread reports.
-enum Report {
-    /// The guest waits for its next frame.
-    Idle(Idle),
-    /// `_start` returned, one way or another: the kernel is gone.
-    Ended {
-        ending: run::Ending,
-        fuel_left: u64,
-        memory_bytes: u64,
-    },
-    /// The kernel could not be set up.
-    Failed(SandboxError),
-}
-
-/// The guest-facing side of a kernel's fd 0, inside its `Host`.
-pub(crate) struct KernelIo {
-    frames: Receiver<Frame>,
-    reports: SyncSender<Report>,
-    pending: Vec<u8>,
-    offset: usize,
-    status: Option<Vec<u8>>,
-    /// Set when the guest wrote a status longer than allowed.
-    status_overlong: bool,
-    inner_fd_read: Option<WasiIoFunc>,
-    inner_fd_write: Option<WasiIoFunc>,
-}
 
 /// How a kernel execution ended.
 #[derive(Debug)]
@@ -521,7 +479,7 @@ fn kernel_thread(
         }
     };
     let mut store = Store::new(&sandbox.engine, host);
-    if let Err(error) = run::install_limits(&mut store, fuel) {
+    if let Err(error) = install_limits(&mut store, fuel) {
         let _ = reports.send(Report::Failed(error));
         return;
     }
@@ -594,7 +552,7 @@ fn link_trampoline(
         imports.push(
             linker
                 .get(&mut *store, INNER_MODULE, name)
-                .map_err(run::engine_error)?,
+                .map_err(engine_error)?,
         );
     }
     let trampoline =
@@ -606,7 +564,7 @@ fn link_trampoline(
     let get = |store: &mut Store<Host>, name: &str| {
         trampoline
             .get_typed_func::<(i32, i32, i32, i32), i32>(&mut *store, name)
-            .map_err(run::engine_error)
+            .map_err(engine_error)
     };
     let poll = get(store, POLL_ONEOFF)?;
     let read = get(store, FD_READ)?;

@@ -26,12 +26,17 @@
 //! * `lib.rs`: [`Sandbox`] (engine, linker, caches, ticker) and
 //!   [`LoadedModule`].
 //! * `limits.rs`: every limit constant, [`ExecLimits`], the memory limiter.
-//! * `run.rs`: one run and the [`Outcome`] classification.
+//! * `request.rs`: [`RunRequest`], [`ReadonlyMount`], [`RunReport`].
+//! * `store.rs`: the run's host state in its `Store`, and the limits it
+//!   enforces (fuel, deadline, quota checks).
+//! * `run.rs`: one run and the [`Outcome`] classification (`ending.rs`).
 //! * `kernel.rs`: a [`Kernel`], one guest kept alive on its own thread and
-//!   fed code frames through fd 0, each under its own limits.
+//!   fed code frames through fd 0, each under its own limits
+//!   (`kernel_io.rs`: its fd 0 and the frames and reports it passes).
 //! * `wasi.rs`: the guest's WASI context (`/app`, mounts, stdio, env).
 //! * `output.rs`: capped stdout/stderr capture.
-//! * `poll.rs`: the sleep guard that keeps `poll_oneoff` within the timeout.
+//! * `poll.rs`: the sleep guard that keeps `poll_oneoff` within the timeout
+//!   (`clock.rs`: the guest's monotonic clock).
 //! * `quota.rs`: workspace size measurement.
 //! * `cache.rs`: verified precompiled artifacts on disk.
 //! * `ticker.rs`: the epoch ticker thread.
@@ -53,15 +58,20 @@
 //!   and bytes compiled for a key must hash to that key.
 
 mod cache;
+mod clock;
+mod ending;
 mod error;
 mod kernel;
+mod kernel_io;
 pub mod limits;
 mod module_hashes;
 mod output;
 mod poll;
 mod quota;
+mod request;
 mod run;
 mod runtimes;
+mod store;
 mod ticker;
 pub mod tree;
 mod wasi;
@@ -82,7 +92,7 @@ pub use self::cache::{CacheStats, CompileEvent, CompileObserver, ModuleOrigin, W
 pub use self::error::{BoxedError, SandboxError};
 pub use self::kernel::{KERNEL_REPORT_GRACE, Kernel, KernelRun, STATUS_PREFIX};
 pub use self::limits::ExecLimits;
-pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
+pub use self::request::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
 pub use self::wasi::WORKSPACE_GUEST_PATH;
 pub use self::wasi::validate_request;
@@ -92,7 +102,7 @@ use self::error::boxed;
 use self::limits::{CONCURRENT_RUNS_MAX, INSTANCES_PER_RUN, MEMORY_BYTES_MAX, TABLE_ELEMENTS_MAX};
 use self::module_hashes::{FileStamp, ModuleHashes};
 use self::poll::{INNER_MODULE, POLL_ONEOFF, WASI_MODULE};
-use self::run::Host;
+use self::store::Host;
 use self::ticker::EpochTicker;
 
 /// Runs WASI command modules under limits. Cheap to clone (all clones share

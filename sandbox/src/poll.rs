@@ -28,10 +28,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use wasmtime::{Caller, Extern, TypedFunc};
-use wasmtime_wasi::HostMonotonicClock;
+use wasmtime::{Caller, Extern};
 
-use super::run::{Host, Interrupt};
+use super::clock::duration_nanos;
+use super::store::{Host, Interrupt};
 
 /// The linker module under which wasmtime-wasi's own `poll_oneoff` stays
 /// reachable after the guard shadows it. A guest importing it directly would
@@ -87,9 +87,6 @@ pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
 /// The guarded function's name.
 pub(crate) const POLL_ONEOFF: &str = "poll_oneoff";
 
-/// wasmtime-wasi's `poll_oneoff`: `(subscriptions, events, n, out) -> errno`.
-pub(crate) type PollOneoff = TypedFunc<(i32, i32, i32, i32), i32>;
-
 /// How far past the deadline a shortened sleep wakes.
 ///
 /// Why 1 ms: waking exactly at the deadline could race the guest's own clock
@@ -118,39 +115,6 @@ const CLOCKID_REALTIME: u32 = 0;
 const CLOCKID_MONOTONIC: u32 = 1;
 /// `subclockflags::subscription_clock_abstime`.
 const SUBCLOCKFLAGS_ABSTIME: u16 = 1;
-
-/// The monotonic clock the guest sees: nanoseconds since the run started.
-/// Ours rather than wasmtime-wasi's so the guard knows its origin and can
-/// convert absolute deadlines.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct GuestMonotonicClock {
-    origin: Instant,
-}
-
-impl GuestMonotonicClock {
-    /// A clock reading 0 at `origin`.
-    pub(crate) fn new(origin: Instant) -> Self {
-        GuestMonotonicClock { origin }
-    }
-
-    fn nanos_at(&self, instant: Instant) -> u64 {
-        duration_nanos(instant.saturating_duration_since(self.origin))
-    }
-}
-
-impl HostMonotonicClock for GuestMonotonicClock {
-    fn resolution(&self) -> u64 {
-        1
-    }
-
-    fn now(&self) -> u64 {
-        self.nanos_at(Instant::now())
-    }
-}
-
-fn duration_nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
 
 /// The guard itself, registered in the linker as
 /// `wasi_snapshot_preview1::poll_oneoff`.

@@ -12,186 +12,22 @@
 //!
 //! [`EPOCH_TICK`]: super::limits::EPOCH_TICK
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{Store, Trap};
 use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::p1::WasiP1Ctx;
 
-use super::error::boxed;
-use super::limits::{ExecLimits, GuestLimiter};
+use super::clock::GuestMonotonicClock;
+use super::ending::Ending;
+use super::error::{boxed, engine_error};
 use super::output::CappedOutput;
-use super::poll::{GuestMonotonicClock, INNER_MODULE, POLL_ONEOFF, PollOneoff};
-use super::quota::{self, QuotaWatch, Usage};
+use super::poll::{INNER_MODULE, POLL_ONEOFF};
+use super::quota::{self, Usage};
+pub use super::request::Outcome;
+use super::request::{RunReport, RunRequest};
+use super::store::{Host, Interrupt, install_limits};
 use super::wasi::{self, GuestStdio};
 use super::{LoadedModule, SandboxError, SandboxInner};
-
-/// A host directory the guest may read (never write) at `guest_path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadonlyMount {
-    /// The directory on the host.
-    pub host_path: PathBuf,
-    /// Where the guest sees it: absolute, normalised, not `/` and not
-    /// overlapping `/app` or another mount (for example `/data`).
-    pub guest_path: String,
-}
-
-/// What to run and under which limits. The module comes separately (see
-/// [`Sandbox::run`](super::Sandbox::run)).
-#[derive(Debug, Clone)]
-pub struct RunRequest<'a> {
-    /// Host directory the guest sees as `/app`, read-write. Must exist.
-    pub workspace: &'a Path,
-    /// The guest's arguments after `argv[0]` (which is the module's file
-    /// name).
-    pub args: Vec<String>,
-    /// The guest's whole stdin.
-    pub stdin: Vec<u8>,
-    /// The guest's whole environment. The caller whitelists it; the host's
-    /// environment is never inherited.
-    pub env: Vec<(String, String)>,
-    /// Extra host directories the guest may read.
-    pub readonly_mounts: Vec<ReadonlyMount>,
-    /// The limits of this run.
-    pub limits: ExecLimits,
-}
-
-impl<'a> RunRequest<'a> {
-    /// A request to run in `workspace` with no args, stdin, env or mounts,
-    /// under the default limits.
-    pub fn new(workspace: &'a Path) -> Self {
-        RunRequest {
-            workspace,
-            args: Vec::new(),
-            stdin: Vec::new(),
-            env: Vec::new(),
-            readonly_mounts: Vec::new(),
-            limits: ExecLimits::default(),
-        }
-    }
-}
-
-/// How a run ended: the log's own [`Outcome`](sandlog_core::Outcome), so
-/// the sandbox and the `session.executed` event cannot disagree.
-///
-/// When several apply, the first in this order wins: `quota` (it outlasts
-/// the run: the workspace is over its quota now), `timeout`, `out_of_fuel`,
-/// `memory`, `trap`, `error`, `ok`. Output truncation is not an outcome but
-/// the report's `stdout_truncated` / `stderr_truncated` flags, so a
-/// successful run that printed too much is still `ok`.
-pub use sandlog_core::Outcome;
-
-/// Everything known about a finished run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunReport {
-    /// How the run ended.
-    pub outcome: Outcome,
-    /// The guest's exit code, if it exited (0 when `_start` returned);
-    /// `None` if it was stopped or trapped.
-    pub exit_code: Option<i32>,
-    /// Captured stdout, at most `stdout_bytes_max` bytes.
-    pub stdout: Vec<u8>,
-    /// Captured stderr, at most `stderr_bytes_max` bytes.
-    pub stderr: Vec<u8>,
-    /// True if stdout had more bytes than the cap (they were dropped).
-    pub stdout_truncated: bool,
-    /// True if stderr had more bytes than the cap (they were dropped).
-    pub stderr_truncated: bool,
-    /// Fuel burnt; always metered, whether or not fuel was limited. Exact
-    /// when the guest ended by itself or ran out of fuel. For `timeout` and
-    /// `quota` it can be low: the epoch check that stops the guest does not
-    /// flush wasmtime's fuel counter, which compiled code keeps in a local
-    /// between calls, so a tight loop's fuel since its last call is lost.
-    pub fuel_consumed: u64,
-    /// The largest linear memory the guest was granted.
-    pub memory_bytes_peak: u64,
-    /// Wall time from the start of the run to the end of the guest.
-    pub duration: Duration,
-    /// For `trap`, `timeout`, `quota`, `out_of_fuel` and `memory` without an
-    /// exit: wasmtime's description of what stopped the guest.
-    pub trap_message: Option<String>,
-}
-
-/// Why the sandbox itself stopped a guest mid-run (returned as a wasmtime
-/// error from the epoch callback or the sleep guard, and recognised again
-/// when the call fails).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Interrupt {
-    /// The wall-clock deadline passed.
-    #[error("wall-clock timeout: the run exceeded its time limit")]
-    Timeout,
-    /// The workspace went over its quota.
-    #[error("workspace quota exceeded")]
-    Quota,
-    /// A warm kernel's host side went away while the guest waited for its
-    /// next frame: the kernel is being dropped.
-    #[error("the kernel was closed by the host")]
-    KernelClosed,
-}
-
-/// The per-run host state inside the `Store`.
-pub(crate) struct Host {
-    pub(crate) wasi: WasiP1Ctx,
-    pub(crate) limiter: GuestLimiter,
-    /// When the run must end.
-    pub(crate) deadline: Instant,
-    /// The guest's monotonic clock (for the sleep guard).
-    pub(crate) guest_clock: GuestMonotonicClock,
-    /// wasmtime-wasi's `poll_oneoff`, which the sleep guard delegates to.
-    pub(crate) inner_poll_oneoff: Option<PollOneoff>,
-    quota: QuotaWatch,
-    /// A warm kernel's side of stdin (`None` for a one-shot run).
-    pub(crate) kernel: Option<Box<super::kernel::KernelIo>>,
-}
-
-impl Host {
-    /// The host state of a run (or a kernel) started at `started` under
-    /// `limits` in `workspace`.
-    pub(crate) fn new(
-        wasi: WasiP1Ctx,
-        limits: &ExecLimits,
-        workspace: &Path,
-        started: Instant,
-        guest_clock: GuestMonotonicClock,
-    ) -> Host {
-        Host {
-            wasi,
-            limiter: GuestLimiter::new(limits.memory_bytes),
-            deadline: started + limits.timeout,
-            guest_clock,
-            inner_poll_oneoff: None,
-            quota: QuotaWatch::new(
-                workspace.to_path_buf(),
-                limits.workspace_bytes_max,
-                limits.workspace_entries_max,
-                started,
-            ),
-            kernel: None,
-        }
-    }
-}
-
-/// Makes `store` enforce its host's limits: the memory limiter, `fuel`,
-/// and the deadline and quota checks at every epoch tick.
-pub(crate) fn install_limits(store: &mut Store<Host>, fuel: u64) -> Result<(), SandboxError> {
-    store.limiter(|host| &mut host.limiter);
-    store.set_fuel(fuel).map_err(engine_error)?;
-    // Check the deadline (and maybe the quota) at every tick.
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut context| {
-        let host = context.data_mut();
-        let now = Instant::now();
-        if now >= host.deadline {
-            return Err(Interrupt::Timeout.into());
-        }
-        if host.quota.check_if_due(now) {
-            return Err(Interrupt::Quota.into());
-        }
-        Ok(UpdateDeadline::Continue(1))
-    });
-    Ok(())
-}
 
 /// Runs `module` per `request`. See [`Sandbox::run`](super::Sandbox::run).
 pub(crate) fn run(
@@ -320,20 +156,6 @@ fn link_sleep_guard(
         .map_err(engine_error)?;
     store.data_mut().inner_poll_oneoff = Some(forward);
     Ok(())
-}
-
-pub(crate) fn engine_error(error: wasmtime::Error) -> SandboxError {
-    SandboxError::Engine {
-        source: boxed(error),
-    }
-}
-
-/// The outcome-related part of a report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Ending {
-    pub(crate) outcome: Outcome,
-    pub(crate) exit_code: Option<i32>,
-    pub(crate) trap_message: Option<String>,
 }
 
 /// Maps how `_start` returned (and whether memory growth was refused) to an

@@ -16,11 +16,12 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use super::SandboxError;
+use super::clock::GuestMonotonicClock;
 use super::error::boxed;
 use super::limits::{ARGS_ENV_BYTES_MAX, READONLY_MOUNTS_MAX, STDIN_BYTES_MAX};
 use super::output::CappedOutput;
-use super::poll::GuestMonotonicClock;
-use super::{ReadonlyMount, RunRequest, SandboxError};
+use super::request::{ReadonlyMount, RunRequest};
 
 /// Where the guest sees its workspace (read-write).
 pub const WORKSPACE_GUEST_PATH: &str = "/app";
