@@ -1,5 +1,6 @@
 //! The `sandlog` binary: parse → run → exit code. Nothing else lives here.
 
+mod actor;
 mod args;
 mod commands;
 mod exit;
@@ -25,7 +26,7 @@ fn main() -> ExitCode {
     // flight; the usual soft limit of 1,024 would make them small.
     sandlog_runtime::lifecycle::raise_descriptor_limit();
     let database = cli.root.join(sandlog_runtime::layout::DATABASE_FILE);
-    match commands::run(cli, &output) {
+    match commands::dispatch::run(cli, &output) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             let error = error.for_people().naming_database(&database);

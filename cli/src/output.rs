@@ -29,7 +29,7 @@ pub struct Output {
     /// Progress bars on stderr.
     pub progress: bool,
     /// Who acts, recorded on every event the command appends (see
-    /// [`crate::commands::actor`]).
+    /// [`crate::actor::actor`]).
     pub actor: String,
     /// `--correlation-id`: recorded on every event the command appends.
     pub correlation_id: Option<uuid::Uuid>,
@@ -88,7 +88,7 @@ impl Output {
                 && std::io::stdout().is_terminal()
                 && !no_color(),
             wide: cli.wide,
-            actor: crate::commands::actor(cli.actor.as_deref()),
+            actor: crate::actor::actor(cli.actor.as_deref()),
             correlation_id: cli.correlation_id,
             store: cli.store.clone().filter(|store| !store.is_empty()),
             node: cli.node.clone(),
@@ -114,7 +114,7 @@ impl Output {
                 CompileEvent::Finished { path, elapsed, .. } => {
                     crate::exit::stderr_line(&format!(
                         "sandlog: {} ready after {:.1} s; later runs, in any root, load it in milliseconds",
-                        crate::render::escape_for_terminal(&module_name(path)),
+                        sandlog_runtime::core::escape::for_terminal(&module_name(path)),
                         elapsed.as_secs_f64()
                     ));
                 }
@@ -222,7 +222,7 @@ impl Output {
             // human line.
             crate::exit::stderr_line(&format!(
                 "sandlog: error: {}",
-                crate::render::escape_for_terminal(&error.to_string())
+                sandlog_runtime::core::escape::for_terminal(&error.to_string())
             ));
         }
     }
@@ -337,7 +337,7 @@ fn compile_started_note(path: &Path, wasm_bytes: u64) -> String {
     format!(
         "sandlog: compiling {} ({}) for this machine, once per user, sandlog version and CPU: \
          usually about {seconds} s, longer on a busy machine…",
-        crate::render::escape_for_terminal(&module_name(path)),
+        sandlog_runtime::core::escape::for_terminal(&module_name(path)),
         format_size(wasm_bytes),
     )
 }
@@ -353,7 +353,7 @@ const REBUILD_MS_PER_MILLION_EVENTS: u64 = 12_000;
 /// The note printed before an upgrade: what, how long, and who waits.
 fn upgrade_started_note(path: &Path, upgrade: Upgrade, events: u64) -> String {
     let shown = path.display().to_string();
-    let path = crate::render::escape_for_terminal(&shown);
+    let path = sandlog_runtime::core::escape::for_terminal(&shown);
     let what = upgrade.starting(&path);
     let cost = match upgrade {
         Upgrade::Schema { .. } => MIGRATE_MS_PER_MILLION_EVENTS,

@@ -499,6 +499,8 @@ fn cited_requirement_ids_are_defined_in_docs() -> TestResult {
         "core",
         "eventstore",
         "projections",
+        "sandbox",
+        "host",
         "runtime",
         "cli",
         "tests",

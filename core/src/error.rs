@@ -1,6 +1,6 @@
 //! The one error enum of `sandlog-core`: every variant is a rejected input.
 
-use crate::path::PathError;
+use crate::path_error::PathError;
 
 /// What kind of failure an error is: every error of every crate has one,
 /// so callers map errors to exit codes, HTTP statuses or exception classes

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::envelope::Hash;
 use crate::error::CoreError;
+use crate::hash::Hash;
 use crate::ids::SessionId;
 use crate::path::WorkspacePath;
 use crate::policy::PrunePolicy;

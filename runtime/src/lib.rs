@@ -1,38 +1,29 @@
-//! sandlog-runtime: the [`Engine`] (command handlers that perform side
-//! effects and append the events that record them), the wasmtime/WASI
-//! [`sandbox`], the filesystem [`applier`], and adoption of seed-format
-//! workspaces.
+//! sandlog-runtime: the [`Engine`], command handlers that perform side
+//! effects and append the events that record them, each an `impl Engine`
+//! in the folder of its job.
 //!
-//! Owns: every side effect on workspaces and every wasm execution.
+//! Owns: every side effect on workspaces and every wasm execution (run by
+//! `sandlog-sandbox`, in a root whose files `sandlog-host` keeps).
 //! Never does: decide what state *is* (that is the projections' fold), or
 //! write to the log except through `sandlog-eventstore`'s append.
 //!
 //! # Layout
 //!
-//! * [`layout`]: where things are in a root, and the variables that move
-//!   them.
-//! * [`engine`]: `Engine::open` and what every command shares (session
-//!   locks and leases, appends to a session).
-//! * [`exec`]: runtimes, execution requests and `Engine::execute`.
-//! * [`files`]: host file operations (list, read, write, delete).
-//! * [`workspace`]: capability-based access to one workspace (S5).
-//! * [`sessions`]: creating sessions with a group, a size limit,
-//!   read-only directories and context files; the size limit.
-//! * [`health`]: the readiness checks of a root (`/readyz`, `doctor`).
-//! * [`forensics`]: the log, its head, states as of a point, statistics,
-//!   blobs and the Merkle tree, for front ends.
-//! * [`lifecycle`]: prune, delete, finishing intents (two-phase).
-//! * [`metrics`]: the engine's metrics in the Prometheus text format.
-//! * [`fault`]: the fault-injection hook of destructive steps (tests).
-//! * [`lease`]: per-session OS locks between users and destroyers.
-//! * [`applier`]: `reconcile` = pure `plan` + execute.
-//! * [`adopt`]: importing seed workspaces.
-//! * [`ocsf`]: events as OCSF records for SIEMs.
-//! * [`proofs`]: signed checkpoints, Merkle proofs, evidence bundles.
-//! * [`keys`]: signer and verifier key files.
-//! * [`report`]: one session as a self-contained HTML report.
+//! * [`engine`]: `Engine::open` and what every command shares; sessions,
+//!   host files, executions and their scans, the one write path
+//!   (`shared`), forensic reads, documents, health and metrics.
+//! * [`lifecycle`]: prune and delete (two-phase), the removal pool,
+//!   adoption of seed workspaces, the applier (`reconcile`), `migrate`.
+//! * [`evidence`]: what an execution keeps, history, retention (holds,
+//!   erasure, gc), the HTML report, OCSF records.
+//! * [`proofs`]: signed checkpoints, proofs, bundles, witnesses, verify and
+//!   the full audit.
+//! * [`native`]: trusted native commands and `session sync`.
 //! * [`kernel`]: warm session kernels for a long-lived process.
-//! * [`sandbox`]: wasmtime, limits, the module cache.
+//!
+//! The modules of each folder, and `sandlog-host`'s and the sandbox, are
+//! also re-exported under their flat names (`sandlog_runtime::sessions`,
+//! `::layout`, `::sandbox`, ...).
 
 /// The README's examples, compiled and run as doc-tests so they cannot
 /// drift from the API.
@@ -40,46 +31,25 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
-pub mod adopt;
-pub mod anchor;
-pub mod applier;
-pub mod audit;
-pub mod documents;
 pub mod engine;
-pub mod error;
 pub mod evidence;
-pub mod exec;
-pub mod fault;
-pub mod files;
-pub mod forensics;
-pub mod health;
-pub mod history;
-pub mod input;
 pub mod kernel;
-pub mod keys;
-pub mod layout;
-pub mod lease;
 pub mod lifecycle;
-pub mod metrics;
-pub mod migrate;
 pub mod native;
-pub mod ocsf;
 pub mod proofs;
-pub mod report;
-pub mod retention;
-pub mod runtimes;
-pub mod sandbox;
-pub mod sessions;
-pub mod shared;
 pub mod trash;
-pub mod verify;
-pub mod witness;
-pub mod workspace;
 
-mod removal;
-mod scan;
-mod statcache;
-mod tree;
+// The files of a root (below the engine) and the wasmtime sandbox, each a
+// crate of its own; re-exported so `sandlog_runtime::layout` and the
+// others keep their paths.
+pub use sandlog_host::{anchor, error, fault, input, keys, layout, lease, runtimes, workspace};
+pub use sandlog_sandbox as sandbox;
+
+// Each job's files, under their old flat paths too.
+pub use engine::{documents, exec, files, forensics, health, metrics, sessions, shared};
+pub use evidence::{history, ocsf, report, retention};
+pub use lifecycle::{adopt, applier, migrate};
+pub use proofs::{audit, verify, witness};
 
 pub use adopt::AdoptReport;
 pub use applier::{ReconcileOptions, ReconcileReport};

@@ -101,7 +101,7 @@ pub(crate) fn move_to_trash(
             Err(errno) => return Err(errno.into()),
         }
     }
-    crate::tree::remove_tree(workspaces, Path::new(name)).map(Some)
+    sandlog_sandbox::tree::remove_tree(workspaces, Path::new(name)).map(Some)
 }
 
 /// One pass over `trash/`: removes every directory named by a session id,
@@ -157,7 +157,7 @@ fn reclaim_pass(layout: &Layout, fault: Option<&SharedFaultInjector>) -> Result<
             Some(fault) => fault.before_reclaim(&path),
             None => Ok(()),
         }
-        .and_then(|()| crate::tree::remove_tree(&trash, Path::new(text)));
+        .and_then(|()| sandlog_sandbox::tree::remove_tree(&trash, Path::new(text)));
         match removed {
             Ok(bytes) => {
                 reclaimed.workspaces += 1;

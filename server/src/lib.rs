@@ -27,11 +27,14 @@ pub mod auth;
 pub mod error;
 pub mod executor;
 pub mod guard;
+mod handlers;
 pub mod limits;
 pub mod mcp;
 pub mod mcp_lines;
 pub mod openapi;
 mod ops;
+pub mod route;
+pub mod state;
 pub mod witness;
 
 pub use api::{ServeOptions, serve};

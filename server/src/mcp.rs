@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::ServeError;
-use crate::api::{ExecBody, exec_document, timeline_document};
 use crate::executor::Executor;
+use crate::handlers::{ExecBody, exec_document, timeline_document};
 use crate::limits::{
     BLOCKING_CALLS_MAX, MCP_TEXT_BYTES_MAX, MCP_TIMELINE_EVENTS_MAX, RESPONSE_FILE_BYTES_MAX,
     SHUTDOWN_WAIT_MAX,

@@ -1,11 +1,12 @@
 //! The OpenAPI 3.1 document served at `/openapi.json`, made from
-//! [`crate::api::routes`]: the router and the document come from one list,
+//! the route list (`crate::api::routes`), given to [`document`]: the router
+//! and the document come from one list,
 //! so every route served is documented and nothing documented is missing.
 
 use serde_json::{Map, Value, json};
 
-use crate::api::routes;
 use crate::limits::REQUEST_BODY_BYTES_MAX;
+use crate::route::Route;
 
 /// The path in OpenAPI syntax: axum's `{*rest}` becomes `{rest}`.
 pub fn openapi_path(path: &str) -> String {
@@ -21,10 +22,10 @@ fn path_parameters(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// The document.
-pub fn document() -> Value {
+/// The document of `routes`.
+pub fn document(routes: &[Route]) -> Value {
     let mut paths = Map::new();
-    for route in routes() {
+    for route in routes {
         let mut parameters: Vec<Value> = path_parameters(route.path)
             .into_iter()
             .map(|name| {
@@ -96,8 +97,9 @@ mod tests {
 
     #[test]
     fn every_route_is_documented_with_its_parameters() {
-        let document = document();
-        for route in routes() {
+        let routes = crate::api::routes();
+        let document = document(&routes);
+        for route in &routes {
             let path = openapi_path(route.path);
             let operation = &document["paths"][&path][route.method.as_str().to_lowercase()];
             assert!(

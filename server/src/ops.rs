@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tracing::Instrument as _;
 
-use crate::api::AppState;
 use crate::error::{ApiError, ErrorKind};
+use crate::state::AppState;
 
 /// `GET /healthz`: the process is up and serving.
 pub(crate) async fn healthz() -> axum::Json<serde_json::Value> {

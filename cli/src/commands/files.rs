@@ -66,7 +66,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
         } => {
             let session_id = super::session_id(engine, &id)?;
             let path = super::workspace_path(&path)?;
-            let cut = super::forensics::parse_cut(engine, &at)?;
+            let cut = super::parse_cut(engine, &at)?;
             // Streamed a chunk at a time: a past file is never loaded whole.
             let mut stdout = RawStdout::new();
             engine.read_file_at(session_id, &path, cut, &mut stdout)?;
@@ -74,7 +74,7 @@ pub fn run(engine: &Engine, command: FilesCommand, output: &Output) -> Result<u8
         }
         FilesCommand::Restore { id, at, to } => {
             let session_id = super::session_id(engine, &id)?;
-            let cut = super::forensics::parse_cut(engine, &at)?;
+            let cut = super::parse_cut(engine, &at)?;
             let report = engine.restore(session_id, cut, &to)?;
             if output.json {
                 output.json(&report)?;

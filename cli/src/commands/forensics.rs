@@ -4,10 +4,10 @@ use sandlog_runtime::Engine;
 use sandlog_runtime::core::{Position, StreamId, Timestamp};
 use sandlog_runtime::eventstore::{Digest, LogFilter};
 use sandlog_runtime::projections::SessionSummary;
-use sandlog_runtime::projections::replay::Cut;
 use sandlog_runtime::sqlite::{SUBSCRIBE_POLL, SubscribeFrom};
 use serde_json::json;
 
+use super::parse_cut;
 use crate::args::{LogArgs, MigrateArgs, ReplayArgs, VerifyArgs};
 use crate::exit::{CliError, usage};
 use crate::output::{self, Output};
@@ -305,26 +305,6 @@ fn describe_with_correlation(envelope: &sandlog_runtime::core::Envelope) -> Stri
         Some(correlation) => format!("{what} (correlation {correlation})"),
         None => what,
     }
-}
-
-/// Parses `--at POS|TIME`: an integer is a position; otherwise an RFC 3339
-/// time, or a duration meaning that long ago (`2h`, by the engine's clock).
-pub fn parse_cut(engine: &Engine, text: &str) -> Result<Cut, CliError> {
-    if let Ok(position) = text.parse::<u64>() {
-        return Ok(Cut::Position(Position(position)));
-    }
-    if let Ok(time) = Timestamp::parse(text) {
-        return Ok(Cut::Time(time));
-    }
-    if let Ok(ago) = sandlog_runtime::core::human::parse_duration(text) {
-        return Ok(Cut::Time(engine.clock().now().saturating_sub(ago)));
-    }
-    Err(CliError::Usage {
-        kind: "invalid_cut",
-        message: format!(
-            "--at {text:?}: expected a position (integer), an RFC 3339 time, or a duration meaning that long ago (`2h`)"
-        ),
-    })
 }
 
 pub fn replay(engine: &Engine, args: ReplayArgs, output: &Output) -> Result<u8, CliError> {

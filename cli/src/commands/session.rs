@@ -254,7 +254,7 @@ pub fn run(engine: &Engine, command: SessionCommand, output: &Output) -> Result<
         }
         SessionCommand::Fork { id, at, labels } => {
             let origin = super::session_id(engine, &id)?;
-            let cut = super::forensics::parse_cut(engine, &at)?;
+            let cut = super::parse_cut(engine, &at)?;
             let report = engine.fork(origin, cut, labels.into_iter().collect())?;
             if output.json {
                 output.json(&report)?;

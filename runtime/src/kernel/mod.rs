@@ -35,10 +35,10 @@ use sandlog_eventstore::ExpectedVersion;
 use sandlog_projections::SessionStatus;
 
 use crate::engine::Engine;
-use crate::error::{Result, RuntimeError};
-use crate::exec::{ExecRequest, Execution, RunContext, Runtime};
-use crate::sandbox::limits::CONCURRENT_RUNS_MAX;
-use crate::sandbox::{Kernel, RunReport};
+use crate::engine::exec::{ExecRequest, Execution, RunContext, Runtime};
+use sandlog_host::error::{Result, RuntimeError};
+use sandlog_sandbox::limits::CONCURRENT_RUNS_MAX;
+use sandlog_sandbox::{Kernel, RunReport};
 
 /// The driver program python.wasm runs as a kernel.
 pub const DRIVER_SOURCE: &str = include_str!("driver.py");
