@@ -7,7 +7,7 @@
 //! system), fsyncs both directories once per batch and records the
 //! completion (`session.pruned`, whose `reclaimed_bytes` is then the
 //! planned size: the projection's). Emptying `trash/` is a separate pass
-//! ([`Engine::reclaim_trash`]): a thread started by the prune (and by
+//! (`Engine::reclaim_trash`, in `lifecycle/reclaim.rs`): a thread started by the prune (and by
 //! opening a root that has trash), or `reconcile`, which finishes whatever
 //! is left. A pass removes each directory (measuring what it frees),
 //! fsyncs `trash/` and records one `workspace.reclaimed` with the count
@@ -37,12 +37,9 @@ use std::thread::JoinHandle;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use sandlog_core::event::{Event, WorkspaceReclaimed};
-use sandlog_core::{SessionId, StreamId};
-use sandlog_eventstore::ExpectedVersion;
+use sandlog_core::SessionId;
 use serde::Serialize;
 
-use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::fault::SharedFaultInjector;
 use crate::layout::Layout;
@@ -60,13 +57,13 @@ pub struct Reclaimed {
 }
 
 impl Reclaimed {
-    fn add(&mut self, other: Reclaimed) {
+    pub(crate) fn add(&mut self, other: Reclaimed) {
         self.workspaces += other.workspaces;
         self.bytes += other.bytes;
         self.failed += other.failed;
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.workspaces == 0 && self.failed == 0
     }
 }
@@ -107,7 +104,10 @@ pub(crate) fn move_to_trash(
 /// One pass over `trash/`: removes every directory named by a session id,
 /// then fsyncs `trash/`. Nothing to do (no trash, or another process's
 /// pass holds its lock): an empty result.
-fn reclaim_pass(layout: &Layout, fault: Option<&SharedFaultInjector>) -> Result<Reclaimed> {
+pub(crate) fn reclaim_pass(
+    layout: &Layout,
+    fault: Option<&SharedFaultInjector>,
+) -> Result<Reclaimed> {
     let mut reclaimed = Reclaimed::default();
     let lock = match File::open(&layout.trash) {
         Ok(file) => file,
@@ -180,151 +180,28 @@ fn reclaim_pass(layout: &Layout, fault: Option<&SharedFaultInjector>) -> Result<
 
 /// Whether `trash/` holds anything (false when it is missing or
 /// unreadable: nothing a pass could do).
-fn has_trash(layout: &Layout) -> bool {
+pub(crate) fn has_trash(layout: &Layout) -> bool {
     std::fs::read_dir(&layout.trash).is_ok_and(|mut entries| entries.next().is_some())
 }
 
 /// Whether the background pass runs, and whether more trash arrived since
 /// it last listed `trash/`.
 #[derive(Debug, Default)]
-struct Flags {
-    running: bool,
-    again: bool,
+pub(crate) struct Flags {
+    pub(crate) running: bool,
+    pub(crate) again: bool,
 }
 
 /// The engine's background reclaim: at most one thread, which passes
 /// over `trash/` until no prune of this engine added to it meanwhile.
 #[derive(Debug, Default)]
 pub(crate) struct Reclaimer {
-    flags: Arc<Mutex<Flags>>,
-    thread: Mutex<Option<JoinHandle<Reclaimed>>>,
+    pub(crate) flags: Arc<Mutex<Flags>>,
+    pub(crate) thread: Mutex<Option<JoinHandle<Reclaimed>>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Engine {
-    /// Frees the bytes of pruned workspaces waiting in `trash/`, now: the
-    /// background pass is waited for, then one more pass runs here. Each
-    /// pass that removed or failed to remove something is recorded as
-    /// `workspace.reclaimed`. Returns what both freed.
-    pub fn reclaim_trash(&self) -> Result<Reclaimed> {
-        self.require_writable()?;
-        let mut total = self.settle_reclaim(true);
-        let pass = reclaim_pass(&self.layout, self.options.fault.as_ref())?;
-        self.record_reclaimed(pass);
-        total.add(pass);
-        Ok(total)
-    }
-
-    /// Starts the background pass over `trash/`, or, if it runs, makes it
-    /// pass once more (it may have listed `trash/` before the last moves).
-    pub(crate) fn reclaim_in_background(&self) {
-        let mut thread = lock(&self.reclaimer.thread);
-        {
-            let mut flags = lock(&self.reclaimer.flags);
-            if flags.running {
-                flags.again = true;
-                return;
-            }
-            flags.running = true;
-        }
-        if let Some(finished) = thread.take() {
-            self.record_joined(finished);
-        }
-        let layout = self.layout.clone();
-        let fault = self.options.fault.clone();
-        let flags = Arc::clone(&self.reclaimer.flags);
-        let spawned = std::thread::Builder::new()
-            .name("sandlog-reclaim".to_owned())
-            .spawn(move || {
-                let mut total = Reclaimed::default();
-                loop {
-                    match reclaim_pass(&layout, fault.as_ref()) {
-                        Ok(pass) => total.add(pass),
-                        Err(error) => {
-                            tracing::warn!(target: "sandlog::trash", %error, "reclaiming trash failed; `reconcile` retries");
-                        }
-                    }
-                    let mut flags = lock(&flags);
-                    if flags.again {
-                        flags.again = false;
-                    } else {
-                        flags.running = false;
-                        return total;
-                    }
-                }
-            });
-        match spawned {
-            Ok(handle) => *thread = Some(handle),
-            Err(error) => {
-                lock(&self.reclaimer.flags).running = false;
-                tracing::warn!(target: "sandlog::trash", %error, "starting the reclaim thread failed; the trash waits for `reconcile`");
-            }
-        }
-    }
-
-    /// Records what the background pass freed once it has ended (`wait`:
-    /// waiting for it); returns that.
-    pub(crate) fn settle_reclaim(&self, wait: bool) -> Reclaimed {
-        let mut thread = lock(&self.reclaimer.thread);
-        let finished = thread.as_ref().is_some_and(JoinHandle::is_finished);
-        if !(wait || finished) {
-            return Reclaimed::default();
-        }
-        match thread.take() {
-            Some(handle) => self.record_joined(handle),
-            None => Reclaimed::default(),
-        }
-    }
-
-    /// Starts a background pass if `trash/` holds something (on open: what
-    /// a crash or an earlier process left).
-    pub(crate) fn reclaim_leftovers(&self) {
-        if has_trash(&self.layout) {
-            self.reclaim_in_background();
-        }
-    }
-
-    fn record_joined(&self, handle: JoinHandle<Reclaimed>) -> Reclaimed {
-        match handle.join() {
-            Ok(reclaimed) => {
-                self.record_reclaimed(reclaimed);
-                reclaimed
-            }
-            Err(_) => {
-                tracing::error!(target: "sandlog::trash", "the reclaim thread panicked; `reconcile` finishes the trash");
-                Reclaimed::default()
-            }
-        }
-    }
-
-    /// Appends `workspace.reclaimed` unless the pass did nothing. A
-    /// failure to record is logged: the bytes are freed either way.
-    fn record_reclaimed(&self, reclaimed: Reclaimed) {
-        if reclaimed.is_empty() {
-            return;
-        }
-        tracing::info!(target: "sandlog::trash", event = "workspace.reclaimed", workspaces = reclaimed.workspaces, bytes = reclaimed.bytes, failed = reclaimed.failed, "reclaimed pruned workspaces");
-        let mut event = self.event(&Event::WorkspaceReclaimed(WorkspaceReclaimed {
-            workspaces: reclaimed.workspaces,
-            bytes: reclaimed.bytes,
-            failed: reclaimed.failed,
-        }));
-        event.actor = "applier".to_owned();
-        if let Err(error) = self.append_log(StreamId::System, ExpectedVersion::Any, &[event]) {
-            tracing::error!(target: "sandlog::trash", %error, "recording a reclaim failed");
-        }
-    }
-}
-
-impl Drop for Engine {
-    /// Waits for the background reclaim and records it: a process that
-    /// ends normally leaves no trash behind it.
-    fn drop(&mut self) {
-        self.settle_reclaim(true);
-    }
 }

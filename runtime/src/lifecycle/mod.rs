@@ -20,6 +20,7 @@ pub mod adopt;
 pub mod applier;
 mod intents;
 pub mod migrate;
+mod reclaim;
 pub(crate) mod removal;
 
 use std::collections::BTreeMap;

@@ -12,10 +12,9 @@ use sandlog_projections::state::{
     EventContext, SessionState, SessionStatus, State, apply_in_context,
 };
 
-use super::rows::{
-    corrupt, load_file_by_key, load_files_by_key, load_keyed_session, load_stats, to_i64,
-};
+use super::rows::{load_file_by_key, load_files_by_key, load_keyed_session, load_stats};
 use super::session_row::{INSERT_SESSION, SessionValues, UPDATE_SESSION};
+use super::values::{corrupt, to_i64};
 use crate::store::SqlResult;
 
 /// What one session adds to `rm_totals`: one session and its bytes while

@@ -12,8 +12,8 @@ use sandlog_projections::error::{ProjectionError, Result};
 use sandlog_projections::state::EventContext;
 
 use super::batch::{Batch, as_refs};
-use super::rows::to_i64;
 use super::schema::checkpoint;
+use super::values::to_i64;
 use crate::EventStore;
 use crate::store::SqlResult;
 

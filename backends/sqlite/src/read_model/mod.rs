@@ -27,6 +27,7 @@ mod catch_up;
 mod rows;
 mod schema;
 mod session_row;
+mod values;
 
 use std::sync::Arc;
 
@@ -45,11 +46,10 @@ use crate::store::rows::log_length;
 use crate::{AppendHook, EventStore, Upgrade, UpgradeObserver};
 
 pub use catch_up::CATCH_UP_CHUNK_EVENTS;
-pub(crate) use rows::{
-    load_active_totals, load_file, load_files, load_session, load_stats, stored_u64,
-};
+pub(crate) use rows::{load_active_totals, load_file, load_files, load_session, load_stats};
 pub use schema::READ_MODEL_VERSION;
 pub(crate) use session_row::{SELECT_SESSIONS, session_from_row};
+pub(crate) use values::stored_u64;
 
 #[cfg(test)]
 pub(crate) use schema::reset as reset_tables;

@@ -4,45 +4,13 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use sandlog_core::event::ReadonlyDir;
 use sandlog_core::{Hash, SessionId, Timestamp, WorkspacePath};
-use sandlog_projections::error::{ProjectionError, Result};
+use sandlog_projections::error::Result;
 use sandlog_projections::state::{CleanupStats, FileEntry, SessionState};
 
 use super::session_row::{SELECT_SESSIONS, session_from_row};
+use super::values::{corrupt, stored_u64};
 use crate::store::SqlResult;
-
-/// The `readonly` column: NULL for none, else a JSON array.
-pub(crate) fn encode_readonly(readonly: &[ReadonlyDir]) -> Result<Option<String>> {
-    if readonly.is_empty() {
-        return Ok(None);
-    }
-    serde_json::to_string(readonly)
-        .map(Some)
-        .map_err(|error| corrupt(error.to_string()))
-}
-
-/// Reads the `readonly` column back.
-pub(crate) fn decode_readonly(text: Option<&str>) -> serde_json::Result<Vec<ReadonlyDir>> {
-    match text {
-        None => Ok(Vec::new()),
-        Some(text) => serde_json::from_str(text),
-    }
-}
-
-pub(super) fn corrupt(what: impl Into<String>) -> ProjectionError {
-    ProjectionError::Corrupt(what.into())
-}
-
-pub(super) fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// A stored count, size or position: a negative one is damage, named by
-/// its column, never read as zero.
-pub(crate) fn stored_u64(value: i64, column: &str) -> Result<u64> {
-    u64::try_from(value).map_err(|_| corrupt(format!("{column} holds {value}")))
-}
 
 /// A session as loaded from `rm_sessions`, with its row's key.
 pub(crate) struct KeyedSession {

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension};
 use sandlog_core::Position;
 use sandlog_projections::error::Result;
 
-use super::rows::stored_u64;
+use super::values::stored_u64;
 use crate::store::SqlResult;
 
 /// The shape of the read-model tables. Bump it when they change: stores

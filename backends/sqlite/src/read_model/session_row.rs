@@ -12,7 +12,7 @@ use sandlog_core::{Position, SessionId, StreamVersion, Timestamp};
 use sandlog_projections::error::Result;
 use sandlog_projections::state::{SessionState, SessionStatus};
 
-use super::rows::{corrupt, decode_readonly, encode_readonly, to_i64};
+use super::values::{corrupt, decode_readonly, encode_readonly, to_i64};
 use crate::store::SqlResult;
 
 /// The columns of a session's row after its key, in the order every
