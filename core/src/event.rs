@@ -71,6 +71,10 @@ pub enum Outcome {
     /// execution is recorded with what could be recorded, and its
     /// [`ExecutionScan`] says which bound and what was left out.
     LimitExceeded,
+    /// The caller cancelled the run while the guest ran (a Python task
+    /// cancelled, say); the guest was stopped and what it had done is
+    /// recorded.
+    Cancelled,
 }
 
 impl Outcome {
@@ -85,6 +89,7 @@ impl Outcome {
             Outcome::Quota => "quota",
             Outcome::Trap => "trap",
             Outcome::LimitExceeded => "limit_exceeded",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }

@@ -60,6 +60,7 @@ mod poll;
 mod quota;
 mod run;
 mod runtimes;
+mod signals;
 mod ticker;
 mod wasi;
 
@@ -81,6 +82,7 @@ pub use self::kernel::{KERNEL_REPORT_GRACE, Kernel, KernelRun, STATUS_PREFIX};
 pub use self::limits::ExecLimits;
 pub use self::run::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
+pub use self::signals::{CancelFlag, OutputSink, OutputStream, RunSignals};
 pub use self::wasi::WORKSPACE_GUEST_PATH;
 pub(crate) use self::wasi::validate_request;
 

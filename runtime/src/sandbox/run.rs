@@ -24,6 +24,7 @@ use super::limits::{ExecLimits, GuestLimiter};
 use super::output::CappedOutput;
 use super::poll::{GuestMonotonicClock, INNER_MODULE, POLL_ONEOFF, PollOneoff};
 use super::quota::{self, QuotaWatch, Usage};
+use super::signals::{CancelFlag, OutputStream, RunSignals};
 use super::wasi::{self, GuestStdio};
 use super::{LoadedModule, SandboxError, SandboxInner};
 
@@ -55,6 +56,8 @@ pub struct RunRequest<'a> {
     pub readonly_mounts: Vec<ReadonlyMount>,
     /// The limits of this run.
     pub limits: ExecLimits,
+    /// A cancel flag and a live-output sink (`None`: neither).
+    pub signals: Option<RunSignals>,
 }
 
 impl<'a> RunRequest<'a> {
@@ -68,6 +71,7 @@ impl<'a> RunRequest<'a> {
             env: Vec::new(),
             readonly_mounts: Vec::new(),
             limits: ExecLimits::default(),
+            signals: None,
         }
     }
 }
@@ -128,6 +132,9 @@ pub(crate) enum Interrupt {
     /// next frame: the kernel is being dropped.
     #[error("the kernel was closed by the host")]
     KernelClosed,
+    /// The caller cancelled the run (its [`RunSignals`] cancel flag).
+    #[error("cancelled by the caller")]
+    Cancelled,
 }
 
 /// The per-run host state inside the `Store`.
@@ -143,6 +150,9 @@ pub(crate) struct Host {
     quota: QuotaWatch,
     /// A warm kernel's side of stdin (`None` for a one-shot run).
     pub(crate) kernel: Option<Box<super::kernel::KernelIo>>,
+    /// The caller's cancel flag for the run (a kernel's: the current
+    /// frame's), checked with the deadline.
+    pub(crate) cancel: Option<CancelFlag>,
 }
 
 impl Host {
@@ -168,7 +178,13 @@ impl Host {
                 started,
             ),
             kernel: None,
+            cancel: None,
         }
+    }
+
+    /// Whether the caller cancelled the run.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled)
     }
 }
 
@@ -184,6 +200,9 @@ pub(crate) fn install_limits(store: &mut Store<Host>, fuel: u64) -> Result<(), S
         let now = Instant::now();
         if now >= host.deadline {
             return Err(Interrupt::Timeout.into());
+        }
+        if host.cancelled() {
+            return Err(Interrupt::Cancelled.into());
         }
         if host.quota.check_if_due(now) {
             return Err(Interrupt::Quota.into());
@@ -216,8 +235,10 @@ pub(crate) fn run(
         clock: guest_clock,
     };
     let wasi = wasi::build_context(module.argv0(), &mut request, stdio)?;
+    let cancel = attach_signals(request.signals.as_ref(), &stdout, &stderr);
 
-    let host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
+    let mut host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
+    host.cancel = cancel;
     let mut store = Store::new(&sandbox.engine, host);
     let fuel_initial = limits.fuel.unwrap_or(u64::MAX);
     install_limits(&mut store, fuel_initial)?;
@@ -294,6 +315,19 @@ pub(crate) fn run(
     })
 }
 
+/// Points the captures at the signals' sink (or at none) and returns the
+/// cancel flag for the host.
+pub(crate) fn attach_signals(
+    signals: Option<&RunSignals>,
+    stdout: &CappedOutput,
+    stderr: &CappedOutput,
+) -> Option<CancelFlag> {
+    let sink = signals.and_then(|signals| signals.on_output.clone());
+    stdout.set_sink(sink.clone().map(|sink| (OutputStream::Stdout, sink)));
+    stderr.set_sink(sink.map(|sink| (OutputStream::Stderr, sink)));
+    signals.map(|signals| signals.cancel.clone())
+}
+
 /// Instantiates the sleep guard's trampoline over the guest's memory and
 /// hands the guard its way to wasmtime-wasi's `poll_oneoff` (see
 /// `poll.rs`). A guest without a `memory` export gets no trampoline; it
@@ -366,6 +400,7 @@ pub(crate) fn classify(call_result: wasmtime::Result<()>, memory_refused: bool) 
             Interrupt::Timeout => Outcome::Timeout,
             Interrupt::Quota => Outcome::Quota,
             Interrupt::KernelClosed => Outcome::Trap,
+            Interrupt::Cancelled => Outcome::Cancelled,
         }
     } else {
         match error.downcast_ref::<Trap>() {
@@ -428,6 +463,10 @@ mod tests {
             classify(Err(Interrupt::Quota.into()), true).outcome,
             Outcome::Quota
         );
+        assert_eq!(
+            classify(Err(Interrupt::Cancelled.into()), false).outcome,
+            Outcome::Cancelled
+        );
     }
 
     /// Goal: outcomes serialise to the names the event log uses.
@@ -442,6 +481,7 @@ mod tests {
             Outcome::Memory,
             Outcome::Quota,
             Outcome::Trap,
+            Outcome::Cancelled,
         ] {
             assert_eq!(
                 serde_json::to_string(&outcome).unwrap(),
