@@ -313,7 +313,9 @@ pub struct SessionExecuted {
     pub code_blake3: Hash,
     /// Length of the code, bytes.
     pub code_bytes: u64,
-    /// How it ended.
+    /// How it ended: `ok`, `error`, `out_of_fuel`, `timeout`, `memory`,
+    /// `quota`, `trap`, `limit_exceeded`, or `cancelled` (the caller
+    /// stopped the run: a cancelled Python task, an MCP cancellation).
     pub outcome: Outcome,
     /// The guest's exit code, when it exited.
     pub exit_code: Option<i32>,
