@@ -194,3 +194,47 @@ def test_mcp_execute_sends_output_as_progress(tmp_path):
     assert "".join(c["data"] for c in chunks if c["stream"] == "stdout") == result["stdout"]
     assert "".join(c["data"] for c in chunks if c["stream"] == "stderr") == result["stderr"]
     assert result["stdout"] == "ready\nout 0\nout 1\nout 2\n"
+
+
+def test_mcp_cancellation_stops_the_guest_and_is_recorded(tmp_path):
+    """The client abandons an `execute` (the official client sends
+    `notifications/cancelled`); the guest, in an endless loop, stops and the
+    execution is recorded as `cancelled`. The session's next execution waits
+    for that record (one writer a session), so no polling is needed."""
+    binary = sandlog_bin()
+    root = tmp_path / "root"
+    subprocess.run([binary, "--root", str(root), "init"], check=True, capture_output=True)
+
+    async def drive():
+        params = StdioServerParameters(command=binary, args=["--root", str(root), "mcp"], env=dict(os.environ))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                created = await client.call_tool("create_session", {})
+                session_id = json.loads(created.content[0].text)["session_id"]
+                running = asyncio.Event()
+
+                async def on_progress(value, total, message):
+                    running.set()
+
+                task = asyncio.create_task(
+                    client.call_tool(
+                        "execute",
+                        {"session_id": session_id, "code": "print('go', flush=True)\nwhile True: pass", "timeout_ms": 30000},
+                        progress_callback=on_progress,
+                    )
+                )
+                await asyncio.wait_for(running.wait(), 120)
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                after = await client.call_tool("execute", {"session_id": session_id, "code": "print(2)"})
+                assert json.loads(after.content[0].text)["stdout"] == "2\n"
+                timeline = await client.call_tool("timeline", {"session_id": session_id})
+                return json.loads(timeline.content[0].text)["events"]
+
+    events = asyncio.run(drive())
+    outcomes = [event["payload"]["outcome"] for event in events if event["kind"] == "session.executed"]
+    assert outcomes == ["cancelled", "ok"], outcomes
