@@ -21,10 +21,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
+use base64::Engine as _;
 use sandlog_runtime::core::{Position, PrunePolicy, SessionId, StreamId, Timestamp, WorkspacePath};
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::SessionStatus;
-use base64::Engine as _;
 use sandlog_runtime::sandbox::{CancelFlag, OutputStream, RunSignals};
 use sandlog_runtime::{
     Engine, ExecRequest, LimitOverrides, RegisteredModules, Runtime, RuntimeError,
