@@ -736,7 +736,8 @@ class Engine:
         memory_bytes, warm_executions, kernel_starts, restarts, evictions,
         one_shot) and bounds (``kernels_max``, ``memory_total_max``,
         ``idle_timeout_s``)."""
-        return json.loads(self._native.kernel_stats())
+        stats: Dict[str, Any] = json.loads(self._native.kernel_stats())
+        return stats
 
     def reap_kernels(self) -> int:
         """Drops kernels idle past ``KERNEL_IDLE_TIMEOUT`` and those of

@@ -72,7 +72,7 @@ class Engine:
         return cls(engine, workers=workers)
 
     @property
-    def sync(self) -> sandlog.Engine:
+    def blocking(self) -> sandlog.Engine:
         """The blocking engine underneath (same root, same kernels)."""
         return self._engine
 
@@ -124,8 +124,12 @@ class Engine:
                 raise TypeError(f"on_output must be callable, not {type(on_output).__name__}")
             callback = on_output
 
-            def sink(stream: str, chunk: bytes) -> None:
+            def on_loop(stream: str, chunk: bytes) -> None:
+                # FIFO with the executor's completion callback: every chunk
+                # reaches the loop before the awaited result does.
                 loop.call_soon_threadsafe(callback, stream, chunk)
+
+            sink = on_loop
 
         future = loop.run_in_executor(
             self._pool,

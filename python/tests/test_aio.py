@@ -34,6 +34,8 @@ async def test_awaitable_twins_round_trip(aengine: sandlog.aio.Engine) -> None:
     assert (await aengine.session(sid)).exec_count == 1
     assert (await aengine.verify()).ok
     assert len(await aengine.log(session_id=sid)) >= 3
+    assert await aengine.sync() == 0  # not a node of a shared log
+    assert isinstance(aengine.blocking, sandlog.Engine)
 
 
 @pytest.mark.asyncio
