@@ -538,6 +538,9 @@ fn a_cancelled_run_stops_and_is_recorded_with_what_it_streamed() -> TestResult {
     use sandlog_runtime::sandbox::{CancelFlag, OutputStream, RunSignals};
     use std::sync::{Arc, Mutex};
 
+    /// Output chunks as the sink saw them.
+    type Chunks = Vec<(OutputStream, Vec<u8>)>;
+
     let root = TestRoot::new()?;
     let pool = KernelPool::new(KernelLimits::default());
     let id = root.engine.create_session(BTreeMap::new())?.session_id;
@@ -552,7 +555,7 @@ fn a_cancelled_run_stops_and_is_recorded_with_what_it_streamed() -> TestResult {
         },
     );
     for warm in [true, false] {
-        let chunks: Arc<Mutex<Vec<(OutputStream, Vec<u8>)>>> = Arc::default();
+        let chunks: Arc<Mutex<Chunks>> = Arc::default();
         let cancel = CancelFlag::new();
         let signals = RunSignals {
             cancel: cancel.clone(),
