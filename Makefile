@@ -6,7 +6,10 @@
 #   make test   the full test suite (what CI runs), the Python package's too;
 #               first installs what the tests need from the OS when absent
 #               (scripts/install-test-deps.sh)
-#   make python-test   build the Python package into target/venv, run its tests
+#   make python-test   build the Python package's wheel once, install it into
+#                      a fresh virtual environment, run its tests there
+#   make wheel   the abi3 wheel, release build, in dist/ (WHEEL_PROFILE=dev:
+#                the dev profile's build)
 #   make mcp-test   drive `sandlog mcp` with the official MCP Python client,
 #                   and check `serve`'s /metrics and `log --format ocsf`
 #   make compat-test   the seed system's own session tests against sandlog.compat
@@ -16,12 +19,21 @@ export SANDLOG_RUNTIMES_DIR := $(RUNTIMES_DIR)
 # Tests share one precompiled-module cache so python.wasm is compiled once.
 export SANDLOG_TEST_CACHE_DIR ?= $(CURDIR)/target/sandlog-test-cache
 
-# The Python package is built by maturin into a virtual environment under
-# target/, with cargo's target directory shared with the workspace (dev
-# profile), so CI compiles the engine once for both.
+# The Python package is built by maturin as a wheel, with cargo's target
+# directory shared with the workspace (dev profile), so CI compiles the
+# engine once for both. The tools (maturin, the MCP client, ...) live in
+# target/venv, where the wheel is installed too (compat-test imports it
+# there); the package's own tests run in a fresh environment holding only
+# the wheel and the test tools, as a user's would.
 VENV := $(CURDIR)/target/venv
 MATURIN_VERSION := 1.16.0
 PYTEST_VERSION := 9.2.0
+# sandlog.aio's tests (python/tests/test_aio.py).
+PYTEST_ASYNCIO_VERSION := 1.5.0
+DIST := $(CURDIR)/dist
+WHEEL_PROFILE ?= release
+TEST_WHEELS := $(CURDIR)/target/wheels
+WHEEL_VENV := $(CURDIR)/target/wheel-venv
 # The official MCP client, for `make mcp-test`.
 MCP_VERSION := 2.3.0
 # What `make mcp-test`'s operations tests check with (server/tests/python/
@@ -40,7 +52,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PY_SIGNATURE := $(shell python3 -c 'import platform, sys; print("%s-%d.%d-%s" % (sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.architecture()[0]))')
 PYO3_ENV := VIRTUAL_ENV=$(VENV) PYO3_PYTHON=$(VENV)/bin/python PYTHON_SYS_EXECUTABLE=$(VENV)/bin/python PYO3_ENVIRONMENT_SIGNATURE=$(PY_SIGNATURE)
 
-.PHONY: demo test test-deps runtimes lint bench python-build python-test python-bench mcp-test compat-test fuzz
+.PHONY: demo test test-deps runtimes lint bench wheel python-build python-test python-bench mcp-test compat-test fuzz
 
 runtimes:
 	@scripts/fetch-runtimes.sh "$(RUNTIMES_DIR)"
@@ -80,12 +92,26 @@ $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION): $(VENV)/bin/python
 		"maturin==$(MATURIN_VERSION)" "pytest==$(PYTEST_VERSION)"
 	touch $@
 
+# The abi3 wheel (one file for CPython 3.9 and later, manylinux-tagged
+# by maturin) in dist/, the only sandlog wheel there.
+wheel: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
+	rm -f $(DIST)/sandlog-*.whl
+	cd python && $(PYO3_ENV) $(VENV)/bin/maturin build --quiet --profile $(WHEEL_PROFILE) --out $(DIST)
+
+# The tests' wheel: the dev profile's, built once, installed into
+# target/venv (for compat-test) and into a fresh WHEEL_VENV (for the
+# package's tests; remade every run, so nothing stale is imported).
 python-build: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION)
-	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop
+	$(MAKE) --no-print-directory wheel WHEEL_PROFILE=dev DIST=$(TEST_WHEELS)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(TEST_WHEELS)/sandlog-*.whl
 
 python-test: python-build
 	$(PYO3_ENV) cargo build -p sandlog-tests --bin pg-server
-	$(VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
+	rm -rf $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		"pytest==$(PYTEST_VERSION)" "pytest-asyncio==$(PYTEST_ASYNCIO_VERSION)" $(TEST_WHEELS)/sandlog-*.whl
+	$(WHEEL_VENV)/bin/python -m pytest python/tests -q -p no:cacheprovider
 
 # The MCP server driven by the official Python client, installed from the
 # registry at a pinned version (a failed install fails the target).
@@ -105,8 +131,6 @@ mcp-test: runtimes $(VENV)/.mcp-$(MCP_VERSION)-$(PYTEST_VERSION) $(OPS_TEST_STAM
 	SANDLOG_BIN=$(CARGO_TARGET_DIR)/debug/sandlog SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) \
 		$(VENV)/bin/python -m pytest server/tests/python -q -p no:cacheprovider
 
-# Release build of the package (the dev build of python-test replaces it
-# at the next `make test`).
 # The seed system, from PyPI, for the Python bench's side-by-side figure.
 SEED_VENV := $(CURDIR)/target/seed-venv
 SEED_VERSION := 0.4.4
@@ -128,10 +152,14 @@ compat-test: python-build $(SEED_VENV)/.pytest-$(PYTEST_VERSION)
 	SANDLOG_CACHE_DIR=$(SANDLOG_TEST_CACHE_DIR) $(VENV)/bin/python scripts/compat-test.py \
 		--target $(CURDIR)/target/compat --seed-python $(SEED_VENV)/bin/python
 
+# The release wheel (`make wheel`), installed into target/venv, and timed
+# installing into a fresh environment by the bench itself.
 python-bench: runtimes $(VENV)/.tools-$(MATURIN_VERSION)-$(PYTEST_VERSION) $(SEED_VENV)/.seed-$(SEED_VERSION)
 	cargo build --release -p sandlog-cli
-	cd python && $(PYO3_ENV) $(VENV)/bin/maturin develop --release --quiet
-	SANDLOG_SEED_PYTHON=$(SEED_VENV)/bin/python $(VENV)/bin/python python/bench.py
+	$(MAKE) --no-print-directory wheel WHEEL_PROFILE=release
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(DIST)/sandlog-*.whl
+	SANDLOG_SEED_PYTHON=$(SEED_VENV)/bin/python SANDLOG_BENCH_WHEEL=$$(ls $(DIST)/sandlog-*.whl) \
+		$(VENV)/bin/python python/bench.py
 
 lint: $(VENV)/bin/python
 	cargo fmt --all -- --check

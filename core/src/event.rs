@@ -71,6 +71,10 @@ pub enum Outcome {
     /// execution is recorded with what could be recorded, and its
     /// [`ExecutionScan`] says which bound and what was left out.
     LimitExceeded,
+    /// The caller cancelled the run while the guest ran (a Python task
+    /// cancelled, say); the guest was stopped and what it had done is
+    /// recorded.
+    Cancelled,
 }
 
 impl Outcome {
@@ -85,6 +89,7 @@ impl Outcome {
             Outcome::Quota => "quota",
             Outcome::Trap => "trap",
             Outcome::LimitExceeded => "limit_exceeded",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }
@@ -308,7 +313,9 @@ pub struct SessionExecuted {
     pub code_blake3: Hash,
     /// Length of the code, bytes.
     pub code_bytes: u64,
-    /// How it ended.
+    /// How it ended: `ok`, `error`, `out_of_fuel`, `timeout`, `memory`,
+    /// `quota`, `trap`, `limit_exceeded`, or `cancelled` (the caller
+    /// stopped the run: a cancelled Python task, an MCP cancellation).
     pub outcome: Outcome,
     /// The guest's exit code, when it exited.
     pub exit_code: Option<i32>,

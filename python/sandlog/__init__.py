@@ -24,13 +24,16 @@ import json
 import math
 import os
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _sandlog
 from ._errors import Conflict, Error, IntegrityError, InvalidInput, LimitExceeded, NotFound
 
 __all__ = [
     "Engine",
+    "Kernel",
+    "CancelToken",
+    "OutputCallback",
     "generate_key",
     "verify_evidence",
     "Session",
@@ -54,6 +57,16 @@ __all__ = [
 __version__: str = _sandlog.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: Cancels an execution when set: pass one as ``execute(..., cancel=token)``
+#: and call ``token.cancel()`` from any thread. The guest stops within one
+#: epoch tick of running code (a guest asleep when its sleep ends) and the
+#: execution is recorded with outcome ``cancelled``.
+CancelToken = _sandlog.CancelToken
+
+#: ``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``,
+#: ``chunk`` the bytes the guest just wrote, as kept under the output limit.
+OutputCallback = Callable[[str, bytes], None]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _U64_MAX = 2**64 - 1
@@ -254,7 +267,7 @@ class Execution:
     """What one execution did. A guest failure is a result: check ``outcome``."""
 
     outcome: str
-    """``ok``, ``error``, ``timeout``, ``out_of_fuel``, ``memory``, ``quota``, ``trap``, ``limit_exceeded``."""
+    """``ok``, ``error``, ``timeout``, ``out_of_fuel``, ``memory``, ``quota``, ``trap``, ``limit_exceeded``, ``cancelled``."""
     exit_code: Optional[int]
     """The guest's exit code, when it exited."""
     stdout: str
@@ -281,6 +294,11 @@ class Execution:
     """The engine's note on a non-``ok`` outcome."""
     position: int = 0
     """Log position of the ``session.executed`` event."""
+    warm: bool = False
+    """Whether it ran in a warm kernel that had run earlier executions."""
+    state_lost: Optional[str] = None
+    """For a warm execution: why the session's previous kernel (its
+    variables and imports) was dropped since its last execution, if it was."""
 
     @property
     def ok(self) -> bool:
@@ -304,6 +322,8 @@ class Execution:
             stderr_truncated=raw["stderr_truncated"],
             message=raw["message"],
             position=raw["position"],
+            warm=bool(raw.get("warm", False)),
+            state_lost=raw.get("state_lost"),
         )
 
 
@@ -659,6 +679,9 @@ class Engine:
         timeout: Union[float, timedelta, None] = None,
         fuel: Optional[int] = None,
         memory: Optional[int] = None,
+        warm: bool = False,
+        cancel: Optional["_sandlog.CancelToken"] = None,
+        on_output: Optional[OutputCallback] = None,
     ) -> Execution:
         """Runs ``code`` in the session's workspace (seen by the guest as
         ``/app``) and records what it changed.
@@ -667,10 +690,23 @@ class Engine:
         module (the code is then its stdin). ``timeout`` (seconds),
         ``fuel`` and ``memory`` (bytes) override the engine's limits. A
         guest that fails or hits a limit is a result with that ``outcome``.
+
+        ``warm=True`` runs Python in the session's warm kernel (started on
+        first use), so variables and imports persist between executions, as
+        ``sandlog serve`` keeps them; see :meth:`kernel`. ``cancel``, a
+        :data:`CancelToken`, stops the guest when set (outcome
+        ``cancelled``). ``on_output(stream, chunk)`` is called with the
+        output while the guest runs, on the thread running it; the chunks
+        are exactly the recorded output, in order. An exception it raises
+        goes to :func:`sys.unraisablehook` and does not stop the guest.
         """
         sid = _text("session_id", session_id)
         source = _text("code", code).encode("utf-8")
         name = _text("runtime", runtime)
+        if cancel is not None and not isinstance(cancel, _sandlog.CancelToken):
+            raise TypeError(f"cancel must be a sandlog.CancelToken, not {type(cancel).__name__}")
+        if on_output is not None and not callable(on_output):
+            raise TypeError(f"on_output must be callable, not {type(on_output).__name__}")
         raw = self._native.execute(
             sid,
             source,
@@ -678,8 +714,36 @@ class Engine:
             _seconds("timeout", timeout),
             _count("fuel", fuel),
             _count("memory", memory),
+            _flag("warm", warm),
+            cancel,
+            on_output,
         )
         return Execution._from_native(raw)
+
+    def kernel(self, session_id: str) -> "Kernel":
+        """A handle on the session's warm kernel: its executions keep
+        variables, imports and open files between calls. The kernel starts
+        on the first :meth:`Kernel.execute`; :meth:`Kernel.reset` drops its
+        state, :meth:`Kernel.close` (or leaving a ``with`` block) drops the
+        kernel. Kernels are bounded per engine as in ``sandlog serve``
+        (``KERNELS_MAX``, ``KERNEL_MEMORY_TOTAL_MAX``, ``KERNEL_IDLE_TIMEOUT``):
+        one dropped to make room is recorded (``kernel.evicted``) and the
+        session's next execution says so in :attr:`Execution.state_lost`."""
+        return Kernel(self, _text("session_id", session_id))
+
+    def kernel_stats(self) -> Dict[str, Any]:
+        """The warm kernels' figures (``stats``: kernels, busy,
+        memory_bytes, warm_executions, kernel_starts, restarts, evictions,
+        one_shot) and bounds (``kernels_max``, ``memory_total_max``,
+        ``idle_timeout_s``)."""
+        stats: Dict[str, Any] = json.loads(self._native.kernel_stats())
+        return stats
+
+    def reap_kernels(self) -> int:
+        """Drops kernels idle past ``KERNEL_IDLE_TIMEOUT`` and those of
+        sessions no longer active (each recorded); returns how many. A
+        long-lived process calls it now and then, as ``serve`` does."""
+        return int(self._native.reap_kernels())
 
     def run(
         self,
@@ -967,6 +1031,75 @@ class Engine:
         :func:`verify_evidence` and the verifier key alone."""
         key_path = None if key is None else _path("key", key)
         return self._native.export_evidence(_text("session_id", session_id), key_path)
+
+
+class Kernel:
+    """A session's warm kernel (see :meth:`Engine.kernel`). Calls for one
+    session run one at a time; kernels of different sessions run in
+    parallel in threads (the GIL is released while the guest runs)."""
+
+    __slots__ = ("_engine", "_session_id", "_closed")
+
+    def __init__(self, engine: Engine, session_id: str) -> None:
+        self._engine = engine
+        self._session_id = session_id
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        """The session."""
+        return self._session_id
+
+    @property
+    def alive(self) -> bool:
+        """Whether the session has a kernel now (one starts on demand)."""
+        return bool(self._engine._native.has_kernel(self._session_id))
+
+    def execute(
+        self,
+        code: str,
+        *,
+        timeout: Union[float, timedelta, None] = None,
+        fuel: Optional[int] = None,
+        memory: Optional[int] = None,
+        cancel: Optional["_sandlog.CancelToken"] = None,
+        on_output: Optional[OutputCallback] = None,
+    ) -> Execution:
+        """Runs Python in the kernel, as :meth:`Engine.execute` with
+        ``warm=True``."""
+        if self._closed:
+            raise Error("this kernel handle is closed; take a new one with engine.kernel(session_id)")
+        return self._engine.execute(
+            self._session_id,
+            code,
+            timeout=timeout,
+            fuel=fuel,
+            memory=memory,
+            warm=True,
+            cancel=cancel,
+            on_output=on_output,
+        )
+
+    def reset(self) -> bool:
+        """Drops the kernel's state (recorded as ``kernel.evicted``); the
+        next execution starts a fresh interpreter. Returns whether there
+        was a kernel."""
+        return bool(self._engine._native.drop_kernel(self._session_id, "reset by the caller"))
+
+    def close(self) -> None:
+        """Drops the kernel (recorded) and closes this handle."""
+        if not self._closed and not self._engine.closed:
+            self._engine._native.drop_kernel(self._session_id, "closed by the caller")
+        self._closed = True
+
+    def __enter__(self) -> "Kernel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<sandlog.Kernel session={self._session_id!r}{' closed' if self._closed else ''}>"
 
 
 def generate_key(path: PathLike, *, name: str) -> str:

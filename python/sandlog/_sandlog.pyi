@@ -1,12 +1,18 @@
 """Type stubs of the native module. Use the wrappers in :mod:`sandlog`:
 they check arguments and return dataclasses."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 LOG_PAGE_EVENTS_MAX: int
 __version__: str
 
 _FileTuple = Tuple[str, int, str, int]
+
+class CancelToken:
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
 
 class Engine:
     @staticmethod
@@ -45,7 +51,14 @@ class Engine:
         timeout: Optional[float],
         fuel: Optional[int],
         memory: Optional[int],
+        warm: bool = False,
+        cancel: Optional[CancelToken] = None,
+        on_output: Optional[Callable[[str, bytes], None]] = None,
     ) -> Dict[str, Any]: ...
+    def drop_kernel(self, session_id: str, reason: str) -> bool: ...
+    def reap_kernels(self) -> int: ...
+    def has_kernel(self, session_id: str) -> bool: ...
+    def kernel_stats(self) -> str: ...
     def run_native(
         self,
         session_id: str,

@@ -27,8 +27,12 @@ use sandlog_runtime::projections::query::{FileView, SessionSummary};
 use sandlog_runtime::proofs::{
     generate_key_file, read_signer_key, read_verifier_key, verify_bundle,
 };
+use sandlog_runtime::sandbox::{CancelFlag, OutputSink, OutputStream, RunSignals};
 use sandlog_runtime::sqlite::{UpgradeEvent, UpgradeObserver};
-use sandlog_runtime::{Engine, EngineOptions, ExecRequest, LimitOverrides, Runtime, RuntimeError};
+use sandlog_runtime::{
+    Engine, EngineOptions, ExecRequest, Execution, KernelLimits, KernelPool, LimitOverrides,
+    Runtime, RuntimeError,
+};
 
 /// Most events one `log_page` call returns; the Python iterator asks page by
 /// page, so memory stays bounded however long the log is.
@@ -247,11 +251,82 @@ fn upgrade_observer() -> UpgradeObserver {
     })
 }
 
+/// A flag that stops an execution when set (`cancel()`); the execution is
+/// recorded with outcome `cancelled`. Clones share nothing: pass the same
+/// object to the execution and to whoever cancels.
+#[pyclass(frozen, module = "sandlog._sandlog", name = "CancelToken")]
+struct PyCancelToken {
+    flag: CancelFlag,
+}
+
+#[pymethods]
+impl PyCancelToken {
+    #[new]
+    fn new() -> PyCancelToken {
+        PyCancelToken {
+            flag: CancelFlag::new(),
+        }
+    }
+
+    /// Asks the execution to stop; safe from any thread, idempotent.
+    fn cancel(&self) {
+        self.flag.cancel();
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.flag.is_cancelled()
+    }
+}
+
+/// A live-output sink calling `callback(stream, chunk)` with the GIL held,
+/// on the thread running the guest. An exception it raises is reported
+/// through `sys.unraisablehook` and does not stop the guest.
+fn python_sink(callback: Py<PyAny>) -> OutputSink {
+    Arc::new(move |stream: OutputStream, bytes: &[u8]| {
+        Python::attach(|py| {
+            let chunk = PyBytes::new(py, bytes);
+            if let Err(error) = callback.call1(py, (stream.as_str(), chunk)) {
+                error.write_unraisable(py, None);
+            }
+        });
+    })
+}
+
+fn execution_dict<'py>(
+    py: Python<'py>,
+    execution: &Execution,
+    warm: bool,
+    state_lost: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("outcome", execution.outcome.as_str())?;
+    dict.set_item("exit_code", execution.exit_code)?;
+    dict.set_item("stdout", PyBytes::new(py, &execution.stdout))?;
+    dict.set_item("stderr", PyBytes::new(py, &execution.stderr))?;
+    dict.set_item("stdout_truncated", execution.stdout_truncated)?;
+    dict.set_item("stderr_truncated", execution.stderr_truncated)?;
+    dict.set_item("files_written", paths(&execution.files_written))?;
+    dict.set_item("files_deleted", paths(&execution.files_deleted))?;
+    dict.set_item("duration_ms", execution.duration_ms)?;
+    dict.set_item("fuel_consumed", execution.fuel_consumed)?;
+    dict.set_item("message", execution.message.clone())?;
+    dict.set_item("position", execution.position)?;
+    dict.set_item("warm", warm)?;
+    dict.set_item("state_lost", state_lost)?;
+    Ok(dict)
+}
+
 /// The engine, shared between threads; `close` drops this handle's
 /// reference (calls already running keep theirs until they return).
+/// Warm kernels live in this handle's pool, as in `sandlog serve`'s: the
+/// same bounds (`KERNELS_MAX`, `KERNEL_MEMORY_TOTAL_MAX`,
+/// `KERNEL_IDLE_TIMEOUT`) and the same `kernel.*` events.
 #[pyclass(frozen, module = "sandlog._sandlog", name = "Engine")]
 struct PyEngine {
     inner: RwLock<Option<Arc<Engine>>>,
+    kernels: Arc<KernelPool>,
 }
 
 impl PyEngine {
@@ -327,16 +402,67 @@ impl PyEngine {
         })?;
         Ok(PyEngine {
             inner: RwLock::new(Some(Arc::new(engine))),
+            kernels: Arc::new(KernelPool::new(KernelLimits::default())),
         })
     }
 
-    /// Drops this handle's engine.
-    fn close(&self) {
-        let mut guard = self
-            .inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *guard = None;
+    /// Drops this handle's engine, after its warm kernels (each recorded
+    /// with `kernel.evicted`).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let engine = {
+            let mut guard = self
+                .inner
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            guard.take()
+        };
+        let Some(engine) = engine else {
+            return Ok(());
+        };
+        let kernels = Arc::clone(&self.kernels);
+        run(py, move || {
+            kernels.shutdown(&engine);
+            Ok(())
+        })
+    }
+
+    /// Drops the session's warm kernel if it has an idle one (its state
+    /// is gone; the next warm execution starts afresh), recording
+    /// `kernel.evicted` with `reason`. Returns whether there was one.
+    fn drop_kernel(&self, py: Python<'_>, session_id: &str, reason: &str) -> PyResult<bool> {
+        let kernels = Arc::clone(&self.kernels);
+        self.with(py, move |engine| {
+            Ok(kernels.drop_session(engine, self::session_id(session_id)?, reason))
+        })
+    }
+
+    /// Drops kernels idle past `KERNEL_IDLE_TIMEOUT` and those of sessions
+    /// no longer active; returns how many.
+    fn reap_kernels(&self, py: Python<'_>) -> PyResult<usize> {
+        let kernels = Arc::clone(&self.kernels);
+        self.with(py, move |engine| Ok(kernels.reap_idle(engine)))
+    }
+
+    /// Whether the session has a warm kernel now.
+    fn has_kernel(&self, py: Python<'_>, session_id: &str) -> PyResult<bool> {
+        let kernels = Arc::clone(&self.kernels);
+        self.with(py, move |_| {
+            Ok(kernels.has_kernel(self::session_id(session_id)?))
+        })
+    }
+
+    /// The kernel pool's figures and bounds, as JSON.
+    fn kernel_stats(&self, py: Python<'_>) -> PyResult<String> {
+        let kernels = Arc::clone(&self.kernels);
+        self.with(py, move |_| {
+            let limits = kernels.limits();
+            json(&serde_json::json!({
+                "stats": kernels.stats(),
+                "kernels_max": limits.kernels_max,
+                "memory_total_max": limits.memory_total_max,
+                "idle_timeout_s": limits.idle_timeout.as_secs(),
+            }))
+        })
     }
 
     /// Whether `close` was called.
@@ -468,7 +594,11 @@ impl PyEngine {
         Ok(dict)
     }
 
+    /// Runs code; `warm` in the session's kernel. `cancel` (a
+    /// `CancelToken`) stops it when set; `on_output(stream, chunk)` gets
+    /// the output as the guest writes it.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (session_id, code, runtime, timeout, fuel, memory, warm=false, cancel=None, on_output=None))]
     fn execute<'py>(
         &self,
         py: Python<'py>,
@@ -478,9 +608,20 @@ impl PyEngine {
         timeout: Option<f64>,
         fuel: Option<u64>,
         memory: Option<u64>,
+        warm: bool,
+        cancel: Option<Py<PyCancelToken>>,
+        on_output: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let timeout = seconds(py, timeout)?;
-        let execution = self.with(py, move |engine| {
+        let signals = (cancel.is_some() || on_output.is_some()).then(|| RunSignals {
+            cancel: cancel
+                .as_ref()
+                .map(|token| token.get().flag.clone())
+                .unwrap_or_default(),
+            on_output: on_output.map(python_sink),
+        });
+        let kernels = Arc::clone(&self.kernels);
+        let (execution, warm, state_lost) = self.with(py, move |engine| {
             let request = ExecRequest {
                 runtime: Runtime::parse(runtime),
                 code: code.to_vec(),
@@ -491,22 +632,19 @@ impl PyEngine {
                     ..LimitOverrides::default()
                 },
             };
-            Ok(engine.execute(self::session_id(session_id)?, &request)?)
+            let session_id = self::session_id(session_id)?;
+            if warm {
+                let run =
+                    kernels.execute_signalled(engine, session_id, &request, signals.as_ref())?;
+                return Ok((run.execution, run.warm, run.state_lost));
+            }
+            let execution = match &signals {
+                Some(signals) => engine.execute_signalled(session_id, &request, signals)?,
+                None => engine.execute(session_id, &request)?,
+            };
+            Ok((execution, false, None))
         })?;
-        let dict = PyDict::new(py);
-        dict.set_item("outcome", execution.outcome.as_str())?;
-        dict.set_item("exit_code", execution.exit_code)?;
-        dict.set_item("stdout", PyBytes::new(py, &execution.stdout))?;
-        dict.set_item("stderr", PyBytes::new(py, &execution.stderr))?;
-        dict.set_item("stdout_truncated", execution.stdout_truncated)?;
-        dict.set_item("stderr_truncated", execution.stderr_truncated)?;
-        dict.set_item("files_written", paths(&execution.files_written))?;
-        dict.set_item("files_deleted", paths(&execution.files_deleted))?;
-        dict.set_item("duration_ms", execution.duration_ms)?;
-        dict.set_item("fuel_consumed", execution.fuel_consumed)?;
-        dict.set_item("message", execution.message)?;
-        dict.set_item("position", execution.position)?;
-        Ok(dict)
+        execution_dict(py, &execution, warm, state_lost)
     }
 
     fn list_files(
@@ -790,6 +928,7 @@ fn verify_evidence(py: Python<'_>, bundle: &[u8], vkey: &str) -> PyResult<String
 #[pymodule]
 fn _sandlog(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyEngine>()?;
+    module.add_class::<PyCancelToken>()?;
     module.add_function(wrap_pyfunction!(generate_key, module)?)?;
     module.add_function(wrap_pyfunction!(verify_evidence, module)?)?;
     module.add("LOG_PAGE_EVENTS_MAX", LOG_PAGE_EVENTS_MAX)?;

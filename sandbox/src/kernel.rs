@@ -40,6 +40,7 @@ use super::poll::{INNER_MODULE, POLL_ONEOFF};
 use super::quota::{self, Usage};
 use super::request::{Outcome, RunReport, RunRequest};
 use super::run;
+use super::signals::{CancelFlag, RunSignals};
 use super::store::{Host, Interrupt, install_limits};
 use super::ticker::Overdue;
 use super::wasi::{self, GuestStdio};
@@ -310,9 +311,38 @@ impl Kernel {
         input: Vec<u8>,
         limits: &ExecLimits,
     ) -> Result<KernelRun, SandboxError> {
+        self.execute_signalled(input, limits, None)
+    }
+
+    /// [`Kernel::execute`] with a cancel flag and a live-output sink for
+    /// this frame only. A cancelled frame ends the kernel (the guest is
+    /// stopped mid-code, so its state cannot be trusted).
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::execute`].
+    pub fn execute_signalled(
+        &mut self,
+        input: Vec<u8>,
+        limits: &ExecLimits,
+        signals: Option<&RunSignals>,
+    ) -> Result<KernelRun, SandboxError> {
         limits.validate()?;
         self.stdout.reset(limits.stdout_bytes_max);
         self.stderr.reset(limits.stderr_bytes_max);
+        let cancel = run::attach_signals(signals, &self.stdout, &self.stderr);
+        let result = self.execute_frame(input, limits, cancel);
+        // The sink belongs to this frame only.
+        run::attach_signals(None, &self.stdout, &self.stderr);
+        result
+    }
+
+    fn execute_frame(
+        &mut self,
+        input: Vec<u8>,
+        limits: &ExecLimits,
+        cancel: Option<CancelFlag>,
+    ) -> Result<KernelRun, SandboxError> {
         let started = Instant::now();
         let fuel = limits.fuel.unwrap_or(u64::MAX);
         let mut frame = Vec::with_capacity(input.len().saturating_add(8));
@@ -331,6 +361,7 @@ impl Kernel {
                     fuel,
                     deadline: started + limits.timeout,
                     memory_bytes: limits.memory_bytes,
+                    cancel,
                 })
                 .is_ok(),
             _ => false,
@@ -779,6 +810,7 @@ fn wait_for_frame(caller: &mut Caller<'_, Host>) -> wasmtime::Result<()> {
     kernel.pending = frame.input;
     kernel.offset = 0;
     host.deadline = frame.deadline;
+    host.cancel = frame.cancel;
     host.limiter.set_memory_bytes_max(frame.memory_bytes);
     caller.set_fuel(frame.fuel)?;
     Ok(())

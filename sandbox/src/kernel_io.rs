@@ -10,6 +10,7 @@ use wasmtime::TypedFunc;
 
 use super::SandboxError;
 use super::ending::Ending;
+use super::signals::CancelFlag;
 
 pub(crate) type WasiIoFunc = TypedFunc<(i32, i32, i32, i32), i32>;
 
@@ -19,6 +20,7 @@ pub(crate) struct Frame {
     pub(crate) fuel: u64,
     pub(crate) deadline: Instant,
     pub(crate) memory_bytes: u64,
+    pub(crate) cancel: Option<CancelFlag>,
 }
 
 /// What the guest told the host when it next asked for a frame.

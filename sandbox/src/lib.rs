@@ -71,6 +71,7 @@ mod quota;
 mod request;
 mod run;
 mod runtimes;
+mod signals;
 mod store;
 mod ticker;
 pub mod tree;
@@ -94,6 +95,7 @@ pub use self::kernel::{KERNEL_REPORT_GRACE, Kernel, KernelRun, STATUS_PREFIX};
 pub use self::limits::ExecLimits;
 pub use self::request::{Outcome, ReadonlyMount, RunReport, RunRequest};
 pub use self::runtimes::{javascript_args, python_args};
+pub use self::signals::{CancelFlag, OutputSink, OutputStream, RunSignals};
 pub use self::wasi::WORKSPACE_GUEST_PATH;
 pub use self::wasi::validate_request;
 

@@ -16,6 +16,8 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use super::signals::{OutputSink, OutputStream as Stream};
+
 /// How many bytes the guest may hand over per write call.
 ///
 /// Why 64 KiB: wasmtime-wasi allocates a host buffer of this size per write,
@@ -30,11 +32,24 @@ pub(crate) struct CappedOutput {
     shared: Arc<Mutex<Captured>>,
 }
 
-#[derive(Debug)]
 struct Captured {
     bytes: Vec<u8>,
     cap_bytes: usize,
     truncated: bool,
+    /// Gets each kept chunk as it is appended (live output).
+    sink: Option<(Stream, OutputSink)>,
+}
+
+impl std::fmt::Debug for Captured {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Captured")
+            .field("bytes", &self.bytes.len())
+            .field("cap_bytes", &self.cap_bytes)
+            .field("truncated", &self.truncated)
+            .field("sink", &self.sink.as_ref().map(|(stream, _)| *stream))
+            .finish()
+    }
 }
 
 impl CappedOutput {
@@ -47,6 +62,7 @@ impl CappedOutput {
                 bytes: Vec::new(),
                 cap_bytes,
                 truncated: false,
+                sink: None,
             })),
         }
     }
@@ -63,6 +79,22 @@ impl CappedOutput {
             captured.truncated = true;
         }
         debug_assert!(captured.bytes.len() <= captured.cap_bytes);
+        let sink = captured.sink.clone();
+        drop(captured);
+        // Only kept bytes are streamed, so the stream is the record. Called
+        // outside the lock, on the guest's own thread: chunks arrive in the
+        // order the guest wrote them.
+        if let Some((stream, sink)) = sink
+            && !kept.is_empty()
+        {
+            sink(stream, kept);
+        }
+    }
+
+    /// Streams every kept chunk from now on to `sink` (`None`: stop).
+    pub(crate) fn set_sink(&self, sink: Option<(Stream, OutputSink)>) {
+        let mut captured = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        captured.sink = sink;
     }
 
     /// Takes the captured bytes and whether any were dropped, leaving the

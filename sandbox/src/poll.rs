@@ -130,6 +130,9 @@ pub(crate) fn guarded_poll_oneoff(
     if now >= deadline {
         return Err(Interrupt::Timeout.into());
     }
+    if caller.data().cancelled() {
+        return Err(Interrupt::Cancelled.into());
+    }
     let Some(inner) = caller.data().inner_poll_oneoff.clone() else {
         // Set right after instantiation whenever the guest exports a
         // memory; without one, no WASI call can work anyway.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::limits::ExecLimits;
+use super::signals::RunSignals;
 
 /// A host directory the guest may read (never write) at `guest_path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub struct RunRequest<'a> {
     pub readonly_mounts: Vec<ReadonlyMount>,
     /// The limits of this run.
     pub limits: ExecLimits,
+    /// A cancel flag and a live-output sink (`None`: neither).
+    pub signals: Option<RunSignals>,
 }
 
 impl<'a> RunRequest<'a> {
@@ -48,6 +51,7 @@ impl<'a> RunRequest<'a> {
             env: Vec::new(),
             readonly_mounts: Vec::new(),
             limits: ExecLimits::default(),
+            signals: None,
         }
     }
 

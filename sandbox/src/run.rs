@@ -25,6 +25,7 @@ use super::poll::{INNER_MODULE, POLL_ONEOFF};
 use super::quota::{self, Usage};
 pub use super::request::Outcome;
 use super::request::{RunReport, RunRequest};
+use super::signals::{CancelFlag, OutputStream, RunSignals};
 use super::store::{Host, Interrupt, install_limits};
 use super::wasi::{self, GuestStdio};
 use super::{LoadedModule, SandboxError, SandboxInner};
@@ -52,8 +53,10 @@ pub(crate) fn run(
         clock: guest_clock,
     };
     let wasi = wasi::build_context(module.argv0(), &mut request, stdio)?;
+    let cancel = attach_signals(request.signals.as_ref(), &stdout, &stderr);
 
-    let host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
+    let mut host = Host::new(wasi, &limits, request.workspace, started, guest_clock);
+    host.cancel = cancel;
     // Until the store is dropped the guest may be waiting in a host call
     // that no epoch check reaches; past the deadline, that wait is ended.
     let watch = sandbox.overdue.watch(host.deadline, request.open_dirs());
@@ -134,6 +137,19 @@ pub(crate) fn run(
     })
 }
 
+/// Points the captures at the signals' sink (or at none) and returns the
+/// cancel flag for the host.
+pub(crate) fn attach_signals(
+    signals: Option<&RunSignals>,
+    stdout: &CappedOutput,
+    stderr: &CappedOutput,
+) -> Option<CancelFlag> {
+    let sink = signals.and_then(|signals| signals.on_output.clone());
+    stdout.set_sink(sink.clone().map(|sink| (OutputStream::Stdout, sink)));
+    stderr.set_sink(sink.map(|sink| (OutputStream::Stderr, sink)));
+    signals.map(|signals| signals.cancel.clone())
+}
+
 /// Instantiates the sleep guard's trampoline over the guest's memory and
 /// hands the guard its way to wasmtime-wasi's `poll_oneoff` (see
 /// `poll.rs`). A guest without a `memory` export gets no trampoline; it
@@ -192,6 +208,7 @@ pub(crate) fn classify(call_result: wasmtime::Result<()>, memory_refused: bool) 
             Interrupt::Timeout => Outcome::Timeout,
             Interrupt::Quota => Outcome::Quota,
             Interrupt::KernelClosed => Outcome::Trap,
+            Interrupt::Cancelled => Outcome::Cancelled,
         }
     } else {
         match error.downcast_ref::<Trap>() {
@@ -254,6 +271,10 @@ mod tests {
             classify(Err(Interrupt::Quota.into()), true).outcome,
             Outcome::Quota
         );
+        assert_eq!(
+            classify(Err(Interrupt::Cancelled.into()), false).outcome,
+            Outcome::Cancelled
+        );
     }
 
     /// Goal: outcomes serialise to the names the event log uses.
@@ -268,6 +289,7 @@ mod tests {
             Outcome::Memory,
             Outcome::Quota,
             Outcome::Trap,
+            Outcome::Cancelled,
         ] {
             assert_eq!(
                 serde_json::to_string(&outcome).unwrap(),

@@ -15,6 +15,7 @@ use super::error::engine_error;
 use super::kernel_io::KernelIo;
 use super::limits::{ExecLimits, GuestLimiter};
 use super::quota::QuotaWatch;
+use super::signals::CancelFlag;
 
 /// Why the sandbox itself stopped a guest mid-run (returned as a wasmtime
 /// error from the epoch callback or the sleep guard, and recognised again
@@ -31,6 +32,9 @@ pub(crate) enum Interrupt {
     /// next frame: the kernel is being dropped.
     #[error("the kernel was closed by the host")]
     KernelClosed,
+    /// The caller cancelled the run (its `RunSignals` cancel flag).
+    #[error("cancelled by the caller")]
+    Cancelled,
 }
 
 /// The per-run host state inside the `Store`.
@@ -46,6 +50,9 @@ pub(crate) struct Host {
     quota: QuotaWatch,
     /// A warm kernel's side of stdin (`None` for a one-shot run).
     pub(crate) kernel: Option<Box<KernelIo>>,
+    /// The caller's cancel flag for the run (a kernel's: the current
+    /// frame's), checked with the deadline.
+    pub(crate) cancel: Option<CancelFlag>,
 }
 
 impl Host {
@@ -71,7 +78,13 @@ impl Host {
                 started,
             ),
             kernel: None,
+            cancel: None,
         }
+    }
+
+    /// Whether the caller cancelled the run.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled)
     }
 }
 
@@ -87,6 +100,9 @@ pub(crate) fn install_limits(store: &mut Store<Host>, fuel: u64) -> Result<(), S
         let now = Instant::now();
         if now >= host.deadline {
             return Err(Interrupt::Timeout.into());
+        }
+        if host.cancelled() {
+            return Err(Interrupt::Cancelled.into());
         }
         if host.quota.check_if_due(now) {
             return Err(Interrupt::Quota.into());

@@ -192,7 +192,7 @@ pub fn routes() -> Vec<Route> {
         route(
             Method::POST,
             "/v1/sessions/{id}/exec",
-            "Run code; body {\"code\", \"runtime\"?, \"timeout_ms\"?, \"fuel\"?, \"memory_bytes\"?} → the `exec --json` object plus \"warm\" and \"state_lost\"",
+            "Run code; body {\"code\", \"runtime\"?, \"timeout_ms\"?, \"fuel\"?, \"memory_bytes\"?} → the `exec --json` object plus \"warm\" and \"state_lost\"; with Accept: text/event-stream or application/x-ndjson, \"output\" frames while it runs, then the \"result\"",
             &[],
             Some(JSON),
             JSON,

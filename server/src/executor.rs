@@ -6,6 +6,7 @@
 use sandlog_runtime::core::SessionId;
 
 use crate::limits::UPKEEP_INTERVAL;
+use sandlog_runtime::sandbox::RunSignals;
 use sandlog_runtime::{Engine, ExecRequest, Execution, KernelLimits, KernelPool, RuntimeError};
 
 /// One execution's result as the servers report it.
@@ -32,6 +33,16 @@ pub trait Executor: Send + Sync {
         engine: &Engine,
         session_id: SessionId,
         request: &ExecRequest,
+    ) -> Result<ExecOutcome, RuntimeError>;
+
+    /// [`Executor::execute`] with a cancel flag and a live-output sink
+    /// (streamed responses, MCP progress notifications).
+    fn execute_signalled(
+        &self,
+        engine: &Engine,
+        session_id: SessionId,
+        request: &ExecRequest,
+        signals: &RunSignals,
     ) -> Result<ExecOutcome, RuntimeError>;
 
     /// The session is about to be deleted: whatever the executor keeps for
@@ -71,6 +82,21 @@ impl Executor for ColdExecutor {
             state_lost_reason: None,
         })
     }
+
+    fn execute_signalled(
+        &self,
+        engine: &Engine,
+        session_id: SessionId,
+        request: &ExecRequest,
+        signals: &RunSignals,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        Ok(ExecOutcome {
+            execution: engine.execute_signalled(session_id, request, signals)?,
+            warm: false,
+            state_lost: false,
+            state_lost_reason: None,
+        })
+    }
 }
 
 /// Python executions in a warm kernel per session, within the pool's
@@ -102,6 +128,24 @@ impl Executor for WarmExecutor {
         request: &ExecRequest,
     ) -> Result<ExecOutcome, RuntimeError> {
         let run = self.pool.execute(engine, session_id, request)?;
+        Ok(ExecOutcome {
+            execution: run.execution,
+            warm: run.warm,
+            state_lost: run.state_lost.is_some(),
+            state_lost_reason: run.state_lost,
+        })
+    }
+
+    fn execute_signalled(
+        &self,
+        engine: &Engine,
+        session_id: SessionId,
+        request: &ExecRequest,
+        signals: &RunSignals,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let run = self
+            .pool
+            .execute_signalled(engine, session_id, request, Some(signals))?;
         Ok(ExecOutcome {
             execution: run.execution,
             warm: run.warm,

@@ -3,18 +3,21 @@
 //! JSON (`docs/api.md`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use sandlog_runtime::core::{
     Position, PrunePolicy, PruneRequest, SessionId, StreamId, Timestamp, WorkspacePath,
 };
 use sandlog_runtime::eventstore::LogFilter;
 use sandlog_runtime::projections::SessionStatus;
+use sandlog_runtime::sandbox::{CancelFlag, OutputStream, RunSignals};
 use sandlog_runtime::{
     Engine, ExecRequest, LimitOverrides, RegisteredModules, Runtime, RuntimeError,
 };
@@ -249,16 +252,128 @@ impl ExecBody {
 pub(crate) async fn exec(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Result<axum::Json<ExecBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let request = json_body(body)?.request(&state.modules)?;
+    if let Some(format) = StreamFormat::accepted(&headers) {
+        return exec_streamed(state, session_id, request, format).await;
+    }
     let executor = state.executor.clone();
     let outcome = blocking(&state, move |engine| {
         Ok(executor.execute(engine, session_id, &request)?)
     })
     .await?;
     ok_json(&exec_document(&outcome))
+}
+
+/// How a streamed execution's frames are written: asked for with
+/// `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamFormat {
+    /// `text/event-stream`: `event: <type>` and one `data:` line a frame.
+    EventStream,
+    /// `application/x-ndjson` (or `application/jsonl`): a JSON object a
+    /// line, its type in `"type"`.
+    JsonLines,
+}
+
+impl StreamFormat {
+    /// The streamed format `Accept` asks for, if any (the first listed).
+    fn accepted(headers: &HeaderMap) -> Option<StreamFormat> {
+        let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+        accept.split(',').find_map(|part| {
+            let media = part.split(';').next().unwrap_or_default().trim();
+            match media.to_ascii_lowercase().as_str() {
+                "text/event-stream" => Some(StreamFormat::EventStream),
+                "application/x-ndjson" | "application/jsonl" | "application/json-lines" => {
+                    Some(StreamFormat::JsonLines)
+                }
+                _ => None,
+            }
+        })
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            StreamFormat::EventStream => "text/event-stream",
+            StreamFormat::JsonLines => NDJSON,
+        }
+    }
+
+    /// One frame: `value` (an object) with `"type": kind`. serde_json
+    /// writes no raw newline, so a frame is one `data:` line.
+    fn frame(self, kind: &str, mut value: Value) -> String {
+        if let Value::Object(fields) = &mut value {
+            fields.insert("type".to_owned(), Value::from(kind));
+        }
+        match self {
+            StreamFormat::EventStream => format!("event: {kind}\ndata: {value}\n\n"),
+            StreamFormat::JsonLines => format!("{value}\n"),
+        }
+    }
+}
+
+/// A live-output chunk as a frame's fields: its text in `data`, or, when
+/// the chunk is not valid UTF-8 by itself (a character split between two
+/// writes), its bytes in `data_base64`.
+pub(crate) fn output_fields(stream: OutputStream, chunk: &[u8]) -> Value {
+    match std::str::from_utf8(chunk) {
+        Ok(text) => json!({"stream": stream.as_str(), "data": text}),
+        Err(_) => json!({
+            "stream": stream.as_str(),
+            "data_base64": base64::engine::general_purpose::STANDARD.encode(chunk),
+        }),
+    }
+}
+
+/// `POST /v1/sessions/{id}/exec` streamed: `output` frames while the guest
+/// runs (exactly the recorded output, in order), then one `result` frame
+/// (the usual document) or one `error` frame. A session that does not
+/// exist is refused before the stream starts, with its status. The channel
+/// is unbounded, but what goes into it is bounded by the execution's
+/// output caps. A client that goes away does not stop the run: it is
+/// recorded as any other.
+async fn exec_streamed(
+    state: AppState,
+    session_id: SessionId,
+    request: ExecRequest,
+    format: StreamFormat,
+) -> Result<Response, ApiError> {
+    blocking(&state, move |engine| Ok(engine.session(session_id)?)).await?;
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let output = sender.clone();
+    let signals = RunSignals {
+        cancel: CancelFlag::new(),
+        on_output: Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
+            // A client gone: the run goes on and is recorded.
+            let _ = output.send(format.frame("output", output_fields(stream, chunk)));
+        })),
+    };
+    let executor = state.executor.clone();
+    let run_state = state.clone();
+    tokio::spawn(async move {
+        let result = blocking(&run_state, move |engine| {
+            Ok(executor.execute_signalled(engine, session_id, &request, &signals)?)
+        })
+        .await;
+        let last = match result {
+            Ok(outcome) => format.frame("result", exec_document(&outcome)),
+            Err(error) => format.frame("error", error.body()),
+        };
+        let _ = sender.send(last);
+    });
+    let stream = futures_util::stream::poll_fn(move |context| {
+        receiver
+            .poll_recv(context)
+            .map(|frame| frame.map(Ok::<_, std::io::Error>))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, format.content_type())],
+        Body::from_stream(stream),
+    )
+        .into_response())
 }
 
 #[derive(Debug, Deserialize)]

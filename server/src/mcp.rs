@@ -14,11 +14,13 @@ use std::sync::Arc;
 use base64::Engine as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use sandlog_runtime::core::{SessionId, WorkspacePath};
+use sandlog_runtime::sandbox::{CancelFlag, OutputStream, RunSignals};
 use sandlog_runtime::{Engine, RegisteredModules, RuntimeError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -114,7 +116,68 @@ impl SandlogMcp {
         .map_err(|error| ToolError::Tool(format!("the engine call failed: {error}")))?
     }
 
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
+    /// An execution with live output as `notifications/progress` (when the
+    /// client gave a progress token) and the request's cancellation wired
+    /// to the guest's cancel flag. Every notification is sent before the
+    /// result: the forwarder is awaited.
+    async fn execute_live(
+        &self,
+        session_id: SessionId,
+        request: sandlog_runtime::ExecRequest,
+        live: Live,
+    ) -> Result<Value, ToolError> {
+        let cancel = CancelFlag::new();
+        let (sender, mut receiver) =
+            tokio::sync::mpsc::unbounded_channel::<(OutputStream, Vec<u8>)>();
+        let forwarder = live.progress.map(|(token, peer)| {
+            tokio::spawn(async move {
+                let mut count = 0_u32;
+                while let Some((stream, chunk)) = receiver.recv().await {
+                    count = count.saturating_add(1);
+                    let message = crate::handlers::output_fields(stream, &chunk).to_string();
+                    let param = ProgressNotificationParam::new(token.clone(), f64::from(count))
+                        .with_message(message);
+                    // A client gone: the run goes on and is recorded.
+                    if peer.notify_progress(param).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        });
+        let signals = RunSignals {
+            cancel: cancel.clone(),
+            on_output: forwarder.is_some().then(|| {
+                let sender = sender.clone();
+                let sink: sandlog_runtime::sandbox::OutputSink =
+                    Arc::new(move |stream: OutputStream, chunk: &[u8]| {
+                        let _ = sender.send((stream, chunk.to_vec()));
+                    });
+                sink
+            }),
+        };
+        drop(sender);
+        let watcher = tokio::spawn({
+            let cancel = cancel.clone();
+            let requested = live.cancelled;
+            async move {
+                requested.await;
+                cancel.cancel();
+            }
+        });
+        let result = self
+            .blocking(move |engine, executor| {
+                let outcome = executor.execute_signalled(engine, session_id, &request, &signals)?;
+                Ok(exec_document(&outcome))
+            })
+            .await;
+        watcher.abort();
+        if let Some(forwarder) = forwarder {
+            let _ = forwarder.await;
+        }
+        result
+    }
+
+    async fn call(&self, name: &str, arguments: Value, live: Live) -> Result<Value, ToolError> {
         match name {
             "create_session" => {
                 let args: CreateArgs = parse(arguments)?;
@@ -136,11 +199,7 @@ impl SandlogMcp {
                     memory_bytes: None,
                 }
                 .request(&self.modules)?;
-                self.blocking(move |engine, executor| {
-                    let outcome = executor.execute(engine, session_id, &request)?;
-                    Ok(exec_document(&outcome))
-                })
-                .await
+                self.execute_live(session_id, request, live).await
             }
             "list_files" => {
                 let args: ListArgs = parse(arguments)?;
@@ -221,6 +280,14 @@ impl SandlogMcp {
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
     }
+}
+
+/// What a tool call brings besides its arguments: where to send progress
+/// (the client's token and the peer), and the request's cancellation.
+struct Live {
+    progress: Option<(ProgressToken, Peer<RoleServer>)>,
+    /// Resolves when the client cancels the request.
+    cancelled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
 /// Why a call failed: a tool error is reported to the model as the tool's
@@ -421,10 +488,17 @@ impl ServerHandler for SandlogMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        match self.call(&request.name, arguments).await {
+        let live = Live {
+            progress: context
+                .meta
+                .get_progress_token()
+                .map(|token| (token, context.peer.clone())),
+            cancelled: Box::pin(context.ct.clone().cancelled_owned()),
+        };
+        match self.call(&request.name, arguments, live).await {
             Ok(value) => {
                 Ok(CallToolResult::success(vec![ContentBlock::text(value.to_string())]).into())
             }

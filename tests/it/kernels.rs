@@ -559,3 +559,96 @@ fn idle_kernels_are_reaped_after_the_timeout() -> TestResult {
     assert!(next.state_lost.is_some());
     Ok(())
 }
+
+/// Goal: a caller's cancel flag stops a running guest, warm or one-shot,
+/// the execution is recorded with outcome `cancelled` (a warm kernel is
+/// then restarted, and the next execution says its state was lost), and
+/// the live-output sink got exactly the recorded output, in order.
+/// Method: the guest prints, then loops forever; the sink cancels once it
+/// has seen the print (so cancelling provably happens mid-run).
+#[test]
+fn a_cancelled_run_stops_and_is_recorded_with_what_it_streamed() -> TestResult {
+    use sandlog_runtime::sandbox::{CancelFlag, OutputStream, RunSignals};
+    use std::sync::{Arc, Mutex};
+
+    /// Output chunks as the sink saw them.
+    type Chunks = Vec<(OutputStream, Vec<u8>)>;
+
+    let root = TestRoot::new()?;
+    let pool = KernelPool::new(KernelLimits::default());
+    let id = root.engine.create_session(BTreeMap::new())?.session_id;
+    run(&pool, &root, id, "x = 1");
+    let code = "import sys\nprint('a', flush=True)\nprint('b', file=sys.stderr, flush=True)\nwhile True: pass";
+    let request = with_limits(
+        code,
+        LimitOverrides {
+            timeout: Some(Duration::from_secs(120)),
+            fuel: Some(u64::MAX / 2),
+            ..LimitOverrides::default()
+        },
+    );
+    for warm in [true, false] {
+        let chunks: Arc<Mutex<Chunks>> = Arc::default();
+        let cancel = CancelFlag::new();
+        let signals = RunSignals {
+            cancel: cancel.clone(),
+            on_output: Some(Arc::new({
+                let chunks = Arc::clone(&chunks);
+                move |stream: OutputStream, chunk: &[u8]| {
+                    let mut chunks = chunks.lock().unwrap();
+                    chunks.push((stream, chunk.to_vec()));
+                    if stream == OutputStream::Stderr {
+                        cancel.cancel();
+                    }
+                }
+            })),
+        };
+        let execution = if warm {
+            pool.execute_signalled(&root.engine, id, &request, Some(&signals))?
+                .execution
+        } else {
+            root.engine.execute_signalled(id, &request, &signals)?
+        };
+        assert_eq!(execution.outcome, Outcome::Cancelled, "warm {warm}");
+        assert_eq!(execution.stdout, b"a\n");
+        assert_eq!(execution.stderr, b"b\n");
+        let chunks = chunks.lock().unwrap();
+        assert_eq!(
+            *chunks,
+            vec![
+                (OutputStream::Stdout, b"a\n".to_vec()),
+                (OutputStream::Stderr, b"b\n".to_vec())
+            ]
+        );
+    }
+    let after = run(&pool, &root, id, "print(globals().get('x'))");
+    assert_eq!(after.execution.stdout, b"None\n");
+    assert!(
+        after
+            .state_lost
+            .is_some_and(|reason| reason.contains("cancelled"))
+    );
+    let events = kernel_events(&root, id);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "kernel.restarted");
+    let outcomes: Vec<Outcome> = root
+        .engine
+        .stream_events(StreamId::Session(id))?
+        .iter()
+        .filter_map(|envelope| match envelope.event() {
+            Ok(Some(Event::SessionExecuted(executed))) => Some(executed.outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Ok,
+            Outcome::Cancelled,
+            Outcome::Cancelled,
+            Outcome::Ok
+        ]
+    );
+    assert_verifies(&root);
+    Ok(())
+}

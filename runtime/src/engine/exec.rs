@@ -17,8 +17,8 @@ use sandlog_host::runtimes::{self, RuntimesSource};
 use sandlog_host::workspace::{ScanLimits, Workspace};
 use sandlog_sandbox::limits::SCAN_TIME_MIN;
 use sandlog_sandbox::{
-    self as sandbox, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, Sandbox,
-    SandboxError,
+    self as sandbox, ExecLimits, LoadedModule, ModuleOrigin, RunReport, RunRequest, RunSignals,
+    Sandbox, SandboxError,
 };
 
 /// A guest runtime made ready by [`Engine::prepare_runtime`].
@@ -257,6 +257,25 @@ impl Engine {
     /// prune intent that landed meanwhile wins; see P7).
     pub fn execute(&self, session_id: SessionId, request: &ExecRequest) -> Result<Execution> {
         self.execute_with(session_id, request, |run| {
+            Ok((run.sandbox.run(run.module, run.request)?, None))
+        })
+    }
+
+    /// [`Engine::execute`] with `signals`: the caller may cancel the run
+    /// (it is recorded with outcome `cancelled`) and sees its output as
+    /// the guest writes it (exactly the bytes recorded).
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::execute`].
+    pub fn execute_signalled(
+        &self,
+        session_id: SessionId,
+        request: &ExecRequest,
+        signals: &RunSignals,
+    ) -> Result<Execution> {
+        self.execute_with(session_id, request, |mut run| {
+            run.request.signals = Some(signals.clone());
             Ok((run.sandbox.run(run.module, run.request)?, None))
         })
     }

@@ -38,7 +38,7 @@ use crate::engine::Engine;
 use crate::engine::exec::{ExecRequest, Execution, RunContext, Runtime};
 use sandlog_host::error::{Result, RuntimeError};
 use sandlog_sandbox::limits::CONCURRENT_RUNS_MAX;
-use sandlog_sandbox::{Kernel, RunReport};
+use sandlog_sandbox::{Kernel, RunReport, RunSignals};
 
 /// The driver program python.wasm runs as a kernel.
 pub const DRIVER_SOURCE: &str = include_str!("driver.py");
@@ -219,10 +219,31 @@ impl KernelPool {
         session_id: SessionId,
         request: &ExecRequest,
     ) -> Result<WarmExecution> {
+        self.execute_signalled(engine, session_id, request, None)
+    }
+
+    /// [`KernelPool::execute`] with a cancel flag and a live-output sink
+    /// (see [`Engine::execute_signalled`]). A cancelled execution ends its
+    /// kernel: `kernel.restarted` says so and the session's next execution
+    /// reports the state lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`KernelPool::execute`].
+    pub fn execute_signalled(
+        &self,
+        engine: &Engine,
+        session_id: SessionId,
+        request: &ExecRequest,
+        signals: Option<&RunSignals>,
+    ) -> Result<WarmExecution> {
         let closed = self.state().closed;
         if request.runtime != Runtime::Python || closed {
             self.state().stats.one_shot += 1;
-            let execution = engine.execute(session_id, request)?;
+            let execution = match signals {
+                Some(signals) => engine.execute_signalled(session_id, request, signals)?,
+                None => engine.execute(session_id, request)?,
+            };
             return Ok(WarmExecution {
                 execution,
                 warm: false,
@@ -230,7 +251,8 @@ impl KernelPool {
             });
         }
         let mut notes = RunNotes::default();
-        let result = engine.execute_with(session_id, request, |run| {
+        let result = engine.execute_with(session_id, request, |mut run| {
+            run.request.signals = signals.cloned();
             self.run_in_kernel(session_id, request, run, &mut notes)
         });
         let mut dropped = std::mem::take(&mut notes.dropped);
@@ -293,7 +315,11 @@ impl KernelPool {
             let report = run.sandbox.run(run.module, run.request)?;
             return Ok((report, None));
         };
-        let executed = kernel.execute(request.code.clone(), &run.request.limits);
+        let executed = kernel.execute_signalled(
+            request.code.clone(),
+            &run.request.limits,
+            run.request.signals.as_ref(),
+        );
         let mut state = self.state();
         if notes.warm {
             state.stats.warm_executions += 1;
@@ -390,6 +416,8 @@ impl KernelPool {
         let mut request = run.request.clone();
         request.args = driver_args();
         request.stdin = Vec::new();
+        // The driver's start is not the caller's run: nothing to stream.
+        request.signals = None;
         let started = Instant::now();
         let result = run.sandbox.start_kernel(run.module, request);
         let mut state = self.state();
