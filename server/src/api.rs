@@ -460,6 +460,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
 async fn no_route(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
+        class: sandlog_runtime::core::ErrorClass::NotFound,
         kind: "no_route".to_owned(),
         message: format!("no route {method} {}", uri.path()),
         hint: "GET /openapi.json lists every route",

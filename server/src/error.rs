@@ -14,6 +14,8 @@ use serde_json::json;
 pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
+    /// The class of the failure (what the metrics count errors by).
+    pub class: ErrorClass,
     /// The stable kind (`not_found`, `busy`, `too_large`, …).
     pub kind: String,
     /// What went wrong.
@@ -27,6 +29,7 @@ impl ApiError {
     pub fn bad_request(kind: &str, message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
+            class: ErrorClass::BadInput,
             kind: kind.to_owned(),
             message: message.into(),
             hint: "fix the request; /openapi.json describes every route",
@@ -37,6 +40,7 @@ impl ApiError {
     pub fn too_large(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
+            class: ErrorClass::Limit,
             kind: "too_large".to_owned(),
             message: message.into(),
             hint: "send or ask for less; for large files use `sandlog files put` / `files cat`, which stream",
@@ -47,6 +51,7 @@ impl ApiError {
     pub fn unauthorized() -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
+            class: ErrorClass::Refused,
             kind: "unauthorized".to_owned(),
             message: "missing or wrong bearer token".to_owned(),
             hint: "send `Authorization: Bearer TOKEN` with the server's token",
@@ -57,9 +62,25 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
+            class: ErrorClass::Io,
             kind: "internal".to_owned(),
             message: message.into(),
             hint: "see the server's log; retry",
+        }
+    }
+
+    /// The class an answer of `status` has when no engine error says
+    /// otherwise (a rejection by the HTTP layer or the request guard).
+    pub fn class_of_status(status: StatusCode) -> ErrorClass {
+        match status {
+            StatusCode::NOT_FOUND => ErrorClass::NotFound,
+            StatusCode::CONFLICT => ErrorClass::Conflict,
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorClass::Limit,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::GONE => {
+                ErrorClass::Refused
+            }
+            status if status.is_server_error() => ErrorClass::Io,
+            _ => ErrorClass::BadInput,
         }
     }
 
@@ -143,6 +164,7 @@ impl From<RuntimeError> for ApiError {
         let (status, hint) = status_of(&error);
         ApiError {
             status,
+            class: error.class(),
             kind: error.kind().to_owned(),
             message: error.to_string(),
             hint,
@@ -150,15 +172,23 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
-/// The kind of an error answer, left on the response for the metrics
-/// (`sandlog_errors_total{kind}`).
+/// The class and kind of an error answer, left on the response for the
+/// metrics (`sandlog_errors_total{class, kind}`).
 #[derive(Debug, Clone)]
-pub struct ErrorKind(pub String);
+pub struct ErrorKind {
+    /// The class's name (`not_found`, `conflict`, …).
+    pub class: &'static str,
+    /// The stable kind.
+    pub kind: String,
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
-        response.extensions_mut().insert(ErrorKind(self.kind));
+        response.extensions_mut().insert(ErrorKind {
+            class: self.class.as_str(),
+            kind: self.kind,
+        });
         response
     }
 }

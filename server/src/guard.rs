@@ -132,6 +132,7 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<
 fn forbidden(kind: &str, message: String, hint: &'static str) -> Response {
     ApiError {
         status: StatusCode::FORBIDDEN,
+        class: sandlog_runtime::core::ErrorClass::Refused,
         kind: kind.to_owned(),
         message,
         hint,
@@ -226,6 +227,7 @@ pub async fn check(
         if FORM_MEDIA_TYPES.contains(&media.as_str()) {
             return ApiError {
                 status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                class: sandlog_runtime::core::ErrorClass::Refused,
                 kind: "unsupported_media_type".to_owned(),
                 message: format!(
                     "{method} with Content-Type {media} is refused: a web form can send that type across sites"
@@ -323,6 +325,7 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     };
     let mut rebuilt = ApiError {
         status,
+        class: ApiError::class_of_status(status),
         kind: kind.to_owned(),
         message,
         hint,

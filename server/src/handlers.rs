@@ -53,6 +53,7 @@ fn json_body<T>(body: Result<axum::Json<T>, JsonRejection>) -> Result<T, ApiErro
         }
         Err(rejection) => Err(ApiError {
             status: rejection.status(),
+            class: ApiError::class_of_status(rejection.status()),
             kind: "bad_request".to_owned(),
             message: rejection.body_text(),
             hint: "send a JSON body as /openapi.json describes",

@@ -108,8 +108,8 @@ pub(crate) async fn count_requests(
         i64::from(response.status().as_u16()),
     );
     let metrics = state.engine().metrics();
-    if let Some(ErrorKind(kind)) = response.extensions().get::<ErrorKind>() {
-        metrics.error(kind);
+    if let Some(ErrorKind { class, kind }) = response.extensions().get::<ErrorKind>() {
+        metrics.error(class, kind);
     }
     metrics.http_request(
         &route,

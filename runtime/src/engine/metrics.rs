@@ -52,7 +52,7 @@ pub struct Metrics {
     prune_runs: Family<Labels<1>, Counter>,
     sessions_pruned: Counter,
     verify_runs: Family<Labels<1>, Counter>,
-    errors: Family<Labels<1>, Counter>,
+    errors: Family<Labels<2>, Counter>,
     http_requests: Family<Labels<3>, Counter>,
     http_duration: HistogramFamily<1>,
     pub(super) kernels_live: Gauge,
@@ -153,7 +153,7 @@ impl Metrics {
         );
         registry.register(
             "errors",
-            "Errors answered to callers, by kind (the stable kind of the JSON error)",
+            "Errors answered to callers, by class and kind (the stable kind of the JSON error)",
             metrics.errors.clone(),
         );
         registry.register(
@@ -215,10 +215,11 @@ impl Metrics {
             .inc();
     }
 
-    /// An error answered to a caller, by its stable kind.
-    pub fn error(&self, kind: &str) {
+    /// An error answered to a caller, by its class and stable kind (both
+    /// from fixed sets, so the series stay bounded).
+    pub fn error(&self, class: &str, kind: &str) {
         self.errors
-            .get_or_create(&[("kind", kind.to_owned())])
+            .get_or_create(&[("class", class.to_owned()), ("kind", kind.to_owned())])
             .inc();
     }
 

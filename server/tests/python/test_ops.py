@@ -155,7 +155,10 @@ def test_metrics_move_as_executions_run():
             assert sample(after, "sandlog_verify_runs_total", result="ok") == 1
             assert sample(after, "sandlog_prune_runs_total", dry_run="false") == 1
             assert sample(after, "sandlog_prune_sessions_removed_total") == 1
-            assert sample(after, "sandlog_errors_total", kind="not_found") == 1
+            assert (
+                sample(after, "sandlog_errors_total", **{"class": "not_found", "kind": "not_found"})
+                == 1
+            )
             assert (
                 sample(
                     after,
