@@ -1,7 +1,7 @@
 //! OpenTelemetry traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, the spans the engine and
 //! the server open under the `sandlog::otel` target (one per HTTP request,
-//! one per execution) go to that OTLP receiver over HTTP with protobuf, as
+//! one per MCP tool call, one per execution) go to that OTLP receiver over HTTP with protobuf, as
 //! the other standard `OTEL_*` variables say (headers, timeout, service
 //! name, resource attributes, batch delays; `OTEL_TRACES_EXPORTER=none`
 //! turns them off). Unset, nothing is set up and those spans are never

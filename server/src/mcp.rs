@@ -108,8 +108,11 @@ impl SandlogMcp {
             .map_err(|_| ToolError::Tool("the server is shutting down".into()))?;
         let engine = self.engine.clone();
         let executor = self.executor.clone();
+        // The engine's spans (an execution's) belong to the tool call's.
+        let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let _entered = span.enter();
             work(&engine, executor.as_ref())
         })
         .await
@@ -498,7 +501,32 @@ impl ServerHandler for SandlogMcp {
                 .map(|token| (token, context.peer.clone())),
             cancelled: Box::pin(context.ct.clone().cancelled_owned()),
         };
-        match self.call(&request.name, arguments, live).await {
+        // One span a tool call (the engine's own spans, an execution's
+        // among them, nest under it), with the tool and its result.
+        let tool = if tools().iter().any(|tool| tool.name == request.name) {
+            request.name.to_string()
+        } else {
+            "unknown".to_owned()
+        };
+        let span = tracing::info_span!(
+            target: "sandlog::otel",
+            "mcp.tool",
+            otel.name = %format_args!("tools/call {tool}"),
+            mcp.tool = tool.as_str(),
+            mcp.result = tracing::field::Empty,
+        );
+        let answer = tracing::Instrument::instrument(
+            self.call(&request.name, arguments, live),
+            span.clone(),
+        )
+        .await;
+        let result = match &answer {
+            Ok(_) => "ok",
+            Err(ToolError::Tool(_)) => "tool_error",
+            Err(_) => "protocol_error",
+        };
+        span.record("mcp.result", result);
+        match answer {
             Ok(value) => {
                 Ok(CallToolResult::success(vec![ContentBlock::text(value.to_string())]).into())
             }

@@ -282,6 +282,58 @@ def test_traces_reach_an_otlp_receiver_with_their_attributes():
         assert event["kind"] == "session.executed" and event["position"] == position
 
 
+def test_mcp_tool_calls_are_traced():
+    """Each MCP tool call is one span (`tools/call <tool>`, with the tool
+    and its result), and the execution it runs nests under it, as an HTTP
+    request's does."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    receiver = OtlpReceiver()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        sandlog(root, "init")
+        env = dict(os.environ)
+        env.update(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        )
+
+        async def drive():
+            params = StdioServerParameters(
+                command=sandlog_bin(), args=["--root", root, "mcp"], env=env
+            )
+            async with stdio_client(params) as (read, write):
+                async with ClientSession(read, write) as client:
+                    await client.initialize()
+                    created = await client.call_tool("create_session", {})
+                    session = json.loads(created.content[0].text)["session_id"]
+                    executed = await client.call_tool(
+                        "execute", {"session_id": session, "code": "print(1)"}
+                    )
+                    assert not executed.is_error, executed.content
+                    missing = await client.call_tool(
+                        "read_file", {"session_id": session, "path": "nothing.txt"}
+                    )
+                    assert missing.is_error
+
+        asyncio.run(drive())
+    receiver.close()
+    spans = [(span, attributes(span.attributes)) for _, span in receiver.spans]
+    calls = {span.name: (span, attrs) for span, attrs in spans if span.name.startswith("tools/call ")}
+    assert {"tools/call create_session", "tools/call execute", "tools/call read_file"} <= set(
+        calls
+    ), sorted(span.name for span, _ in spans)
+    call, attrs = calls["tools/call execute"]
+    assert attrs["mcp.tool"] == "execute" and attrs["mcp.result"] == "ok", attrs
+    assert calls["tools/call read_file"][1]["mcp.result"] == "tool_error"
+    executes = [span for span, _ in spans if span.name == "execute"]
+    assert len(executes) == 1, [span.name for span, _ in spans]
+    assert executes[0].trace_id == call.trace_id
+    assert executes[0].parent_span_id == call.span_id
+
+
 OCSF_VERSION = "1.1.0"
 
 
