@@ -27,6 +27,9 @@ type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 /// Samples per latency figure.
 const RUNS: usize = 30;
 
+/// Acquire-and-release cycles of the writer lock measured.
+const LOCK_CYCLES: usize = 1000;
+
 /// Fresh engines opened for the first-execution figure (each opens the
 /// store, builds a sandbox and loads python.wasm from the disk cache).
 const FIRST_RUN_SAMPLES: usize = 7;
@@ -124,6 +127,20 @@ fn main() -> BenchResult<()> {
         assert_eq!(run.stdout, b"1\n");
     }
     let through = median(through);
+
+    // What the cross-process writer lock adds to each execution: one
+    // acquire and release of the exclusive lock on the workspace directory
+    // (the session's shared lease, taken first, predates it).
+    let workspace = engine.layout().workspace(id);
+    let mut cycles = Vec::with_capacity(LOCK_CYCLES);
+    for _ in 0..LOCK_CYCLES {
+        let started = Instant::now();
+        let writer =
+            sandlog_runtime::lease::WriterLock::acquire(&workspace, id, Duration::from_secs(1))?;
+        drop(writer);
+        cycles.push(started.elapsed());
+    }
+    let lock = median(cycles);
 
     // The same on a node of a shared PostgreSQL log (the throwaway server
     // of the tests, or $SANDLOG_TEST_PG_URL): the unit of work commits
@@ -293,6 +310,11 @@ fn main() -> BenchResult<()> {
     println!(
         "| ratio engine / bare | {:.2}× | ≤ 1.25× |",
         through.as_secs_f64() / bare.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| writer lock per execution (acquire + release, median of {LOCK_CYCLES}) | {:.1} µs = {:.2} % of `Engine::execute` | ≤ 5 % |",
+        lock.as_secs_f64() * 1e6,
+        100.0 * lock.as_secs_f64() / through.as_secs_f64().max(1e-9)
     );
     println!(
         "| `Engine::execute` `print(1)` on a shared PostgreSQL log (median of {RUNS}) | {:.1} ms ({:.2}× SQLite) | — |",
