@@ -140,6 +140,10 @@ pub fn status_of(error: &RuntimeError) -> (StatusCode, &'static str) {
             StatusCode::UNPROCESSABLE_ENTITY,
             "fix the limit the message names",
         ),
+        E::Store(sandlog_runtime::eventstore::EventStoreError::ReadOnly { .. }) => (
+            StatusCode::FORBIDDEN,
+            "this root is open read-only (read-only media or another user's root): reads work, writes need a writable root",
+        ),
         _ => match error.class() {
             ErrorClass::Conflict => (
                 StatusCode::CONFLICT,
@@ -206,6 +210,12 @@ mod tests {
         };
         let cases = [
             (RuntimeError::UnknownSession(id), StatusCode::NOT_FOUND),
+            (
+                RuntimeError::Store(sandlog_runtime::eventstore::EventStoreError::ReadOnly {
+                    path: "sandlog.db".into(),
+                }),
+                StatusCode::FORBIDDEN,
+            ),
             (
                 RuntimeError::Busy {
                     session_id: id,
