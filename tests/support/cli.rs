@@ -43,3 +43,37 @@ pub fn command(binary: &Path, root: impl AsRef<OsStr>) -> Command {
     command.arg("--root").arg(root);
     command
 }
+
+/// The uid and gid of `nobody`, whom tests run as when they run as root.
+pub const NOBODY: u32 = 65534;
+
+/// Whether this process runs as root, for whom a file's mode hides
+/// nothing.
+pub fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+}
+
+/// `binary` on `root` as a user that may not read or write what this
+/// process made: [`NOBODY`] when the tests run as root, else this user
+/// (whose own mode bits then apply). A clean environment: `home` as its
+/// home and module cache directory, the real runtimes, no colour.
+pub fn unprivileged_command(binary: &Path, root: &Path, home: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(binary);
+    command
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", home)
+        .env("SANDLOG_RUNTIMES_DIR", runtimes_dir())
+        .env("SANDLOG_CACHE_DIR", home.join("cache"))
+        .env("NO_COLOR", "1")
+        .arg("--root")
+        .arg(root);
+    if running_as_root() {
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    command
+}

@@ -813,7 +813,6 @@ fn a_guest_opening_a_fifo_is_ended_by_its_timeout_and_recorded() -> TestResult {
 #[test]
 fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
     let (dir, root) = init();
     let id = create(&root);
     sandlog(&root)
@@ -831,8 +830,7 @@ fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
         .arg(&key)
         .assert()
         .success();
-    let id_output = std::process::Command::new("id").arg("-u").output()?;
-    let as_root = String::from_utf8_lossy(&id_output.stdout).trim() == "0";
+    let as_root = sandlog_tests::cli::running_as_root();
     // Where the unprivileged process may write its outputs.
     let out = tempfile::tempdir()?;
     std::fs::set_permissions(out.path(), std::fs::Permissions::from_mode(0o777))?;
@@ -846,24 +844,13 @@ fn a_root_that_cannot_be_written_can_still_be_inspected() -> TestResult {
     }
     let before = tree_listing(&root);
     let reader = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"));
-        command
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", out.path())
-            .env(
-                "SANDLOG_RUNTIMES_DIR",
-                sandlog_tests::engine::runtimes_dir(),
-            )
-            .env("SANDLOG_CACHE_DIR", out.path().join("cache"))
-            .env("NO_COLOR", "1")
-            .arg("--root")
-            .arg(&root)
-            .args(args);
-        if as_root {
-            command.uid(65534).gid(65534);
-        }
-        command.output()
+        sandlog_tests::cli::unprivileged_command(
+            std::path::Path::new(env!("CARGO_BIN_EXE_sandlog")),
+            &root,
+            out.path(),
+        )
+        .args(args)
+        .output()
     };
     let report = out.path().join("report.html");
     let bundle = out.path().join("session.bundle");

@@ -381,12 +381,10 @@ fn ctrl_c_stops_the_command_and_its_end_is_recorded() {
 /// as root, else as `nobody` (65534), for whom mode 000 means unreadable
 /// (root reads everything). The directory is handed to that user.
 fn unprivileged(dir: &Path, root: &Path) -> impl Fn() -> Command {
-    use std::os::unix::process::CommandExt;
-    let id = std::process::Command::new("id").arg("-u").output().unwrap();
-    let as_root = String::from_utf8_lossy(&id.stdout).trim() == "0";
-    if as_root {
+    use sandlog_tests::cli::{NOBODY, running_as_root, unprivileged_command};
+    if running_as_root() {
         let status = std::process::Command::new("chown")
-            .args(["-R", "65534:65534"])
+            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
             .arg(dir)
             .status()
             .unwrap();
@@ -394,19 +392,11 @@ fn unprivileged(dir: &Path, root: &Path) -> impl Fn() -> Command {
     }
     let (dir, root) = (dir.to_path_buf(), root.to_path_buf());
     move || {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandlog"));
-        command
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &dir)
-            .env("SANDLOG_CACHE_DIR", dir.join("cache"))
-            .env("NO_COLOR", "1")
-            .arg("--root")
-            .arg(&root);
-        if as_root {
-            command.uid(65534).gid(65534);
-        }
-        Command::from_std(command)
+        Command::from_std(unprivileged_command(
+            Path::new(env!("CARGO_BIN_EXE_sandlog")),
+            &root,
+            &dir,
+        ))
     }
 }
 

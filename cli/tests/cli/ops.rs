@@ -157,16 +157,9 @@ fn doctor_passes_on_a_fresh_root_and_names_the_fix_for_each_failure() {
 /// 0555 for anyone else.
 struct ReadOnlyDir(PathBuf);
 
-fn is_root() -> bool {
-    #[allow(unsafe_code)]
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    euid == 0
-}
-
 impl ReadOnlyDir {
     fn new(path: &Path) -> ReadOnlyDir {
-        if is_root() {
+        if sandlog_tests::cli::running_as_root() {
             let status = std::process::Command::new("chattr")
                 .arg("+i")
                 .arg(path)
@@ -190,7 +183,7 @@ impl ReadOnlyDir {
 
 impl Drop for ReadOnlyDir {
     fn drop(&mut self) {
-        if is_root() {
+        if sandlog_tests::cli::running_as_root() {
             let _ = std::process::Command::new("chattr")
                 .arg("-i")
                 .arg(&self.0)
