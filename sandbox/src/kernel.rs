@@ -143,7 +143,7 @@ pub struct Kernel {
     stderr: CappedOutput,
     workspace: std::path::PathBuf,
     /// The directories the guest can open files under, for [`Overdue`].
-    open_dirs: Vec<std::path::PathBuf>,
+    open_dirs: Arc<[std::path::PathBuf]>,
     overdue: Arc<Overdue>,
     alive: bool,
     memory_bytes: u64,
@@ -353,7 +353,7 @@ impl Kernel {
         // abandoned with its thread stuck.
         let watch = self
             .overdue
-            .watch(started + limits.timeout, self.open_dirs.clone());
+            .watch(started + limits.timeout, Arc::clone(&self.open_dirs));
         let sent = match (&self.frames, self.alive) {
             (Some(frames), true) => frames
                 .send(Frame {

@@ -56,7 +56,7 @@ impl<'a> RunRequest<'a> {
     }
 
     /// Every host directory the guest can open files under.
-    pub(crate) fn open_dirs(&self) -> Vec<std::path::PathBuf> {
+    pub(crate) fn open_dirs(&self) -> std::sync::Arc<[std::path::PathBuf]> {
         std::iter::once(self.workspace.to_path_buf())
             .chain(
                 self.readonly_mounts

@@ -104,12 +104,12 @@ pub(crate) struct OverdueWatch<'a> {
 impl Overdue {
     /// Registers a run that must end by `deadline` and can open files
     /// under `dirs`.
-    pub(crate) fn watch(&self, deadline: Instant, dirs: Vec<PathBuf>) -> OverdueWatch<'_> {
+    pub(crate) fn watch(&self, deadline: Instant, dirs: Arc<[PathBuf]>) -> OverdueWatch<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let watch = Watch {
             id,
             due: deadline + UNBLOCK_AFTER,
-            dirs: dirs.into(),
+            dirs,
         };
         self.lock().push(watch);
         OverdueWatch { overdue: self, id }
